@@ -1,0 +1,311 @@
+//! The vocabulary every part of the project speaks: which collective, on which
+//! platform, with which algorithm. These are plain `Copy` types whose methods are
+//! `const fn` where that is possible, so the generated selection tables in `policy`
+//! can use them in `const` items.
+//!
+//! Each enum has exactly one spelling in TOML files, command lines and logs:
+//! [`Collective::name`], [`Link::name`], … and the matching `from_name`.
+
+/// A tensor-parallel collective operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Collective {
+    /// Every rank ends with the element-wise sum of all ranks' inputs.
+    AllReduce,
+    /// Every rank ends with all ranks' inputs concatenated in rank order.
+    AllGather,
+}
+
+impl Collective {
+    pub const ALL: [Collective; 2] = [Collective::AllReduce, Collective::AllGather];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::AllGather => "all_gather",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// The algorithms that implement this collective, NCCL first.
+    pub const fn algos(self) -> &'static [Algo] {
+        match self {
+            Collective::AllReduce => &[
+                Algo::Nccl,
+                Algo::OneShotPush,
+                Algo::OneShotPull,
+                Algo::TwoShotPull,
+            ],
+            Collective::AllGather => &[Algo::Nccl, Algo::OneShotPush, Algo::OneShotPull],
+        }
+    }
+}
+
+/// A compute-capability bucket such as `sm90` (9.0) or `sm103` (10.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Arch {
+    pub major: u8,
+    pub minor: u8,
+}
+
+impl Arch {
+    pub const SM80: Arch = Arch::from_compute_capability(8, 0);
+    pub const SM90: Arch = Arch::from_compute_capability(9, 0);
+    pub const SM100: Arch = Arch::from_compute_capability(10, 0);
+
+    /// The bucket of a device with compute capability `major.minor`.
+    pub const fn from_compute_capability(major: u8, minor: u8) -> Arch {
+        Arch { major, minor }
+    }
+
+    /// Parses `sm80`, `sm90`, `sm100`, `sm103`: the last digit is the minor version.
+    pub fn from_name(name: &str) -> Option<Self> {
+        let digits = name.strip_prefix("sm")?;
+        if digits.len() < 2 || digits.len() > 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        if digits.starts_with('0') {
+            return None;
+        }
+        let (major, minor) = digits.split_at(digits.len() - 1);
+        Some(Arch {
+            major: major.parse().ok()?,
+            minor: minor.parse().ok()?,
+        })
+    }
+
+    /// `sm90`, `sm103`, …
+    pub fn name(self) -> String {
+        format!("sm{}{}", self.major, self.minor)
+    }
+}
+
+impl core::fmt::Display for Arch {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "sm{}{}", self.major, self.minor)
+    }
+}
+
+/// How the GPUs of a world reach each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Link {
+    NvLink,
+    Pcie,
+    /// All ranks on one GPU: validates protocols and kernels, never link timing.
+    Loopback,
+}
+
+impl Link {
+    pub const ALL: [Link; 3] = [Link::NvLink, Link::Pcie, Link::Loopback];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Link::NvLink => "nvlink",
+            Link::Pcie => "pcie",
+            Link::Loopback => "loopback",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.name() == name)
+    }
+}
+
+/// Element type of the tensors. Custom kernels accumulate in f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum DType {
+    Bf16,
+    F16,
+    F32,
+}
+
+impl DType {
+    pub const ALL: [DType; 3] = [DType::Bf16, DType::F16, DType::F32];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::Bf16 => "bf16",
+            DType::F16 => "f16",
+            DType::F32 => "f32",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    pub const fn size_bytes(self) -> u64 {
+        match self {
+            DType::Bf16 | DType::F16 => 2,
+            DType::F32 => 4,
+        }
+    }
+}
+
+/// Whether the call is replayed from a CUDA graph or launched eagerly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Mode {
+    Graph,
+    Eager,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 2] = [Mode::Graph, Mode::Eager];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mode::Graph => "graph",
+            Mode::Eager => "eager",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+/// An implementation of a collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Algo {
+    /// NCCL through cudarc: always available, the fallback for every decline.
+    Nccl,
+    /// Lamport-style: write into every peer's sentinel-armed buffer, no barrier.
+    OneShotPush,
+    /// Copy into a registered buffer, flag barrier, read every peer.
+    OneShotPull,
+    /// Reduce-scatter then all-gather through registered buffers (all-reduce only).
+    TwoShotPull,
+}
+
+impl Algo {
+    pub const ALL: [Algo; 4] = [
+        Algo::Nccl,
+        Algo::OneShotPush,
+        Algo::OneShotPull,
+        Algo::TwoShotPull,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algo::Nccl => "nccl",
+            Algo::OneShotPush => "one_shot_push",
+            Algo::OneShotPull => "one_shot_pull",
+            Algo::TwoShotPull => "two_shot_pull",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// True for the kernels written in this project (everything but NCCL).
+    pub const fn is_custom(self) -> bool {
+        !matches!(self, Algo::Nccl)
+    }
+
+    /// Whether this algorithm implements `collective`.
+    pub const fn implements(self, collective: Collective) -> bool {
+        match (self, collective) {
+            (Algo::TwoShotPull, Collective::AllGather) => false,
+            _ => true,
+        }
+    }
+
+    /// `const`-usable equality (derived `PartialEq` is not `const`).
+    pub const fn same_as(self, other: Algo) -> bool {
+        self as u8 == other as u8
+    }
+}
+
+/// How large a message a custom algorithm takes on a platform, and the size
+/// granularity it needs. Sizes outside this are declined and run on NCCL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Capacity {
+    /// Largest message, in bytes of the collective's output.
+    pub max_bytes: u64,
+    /// Every accepted message size is a multiple of this many bytes.
+    pub align: u64,
+}
+
+impl Capacity {
+    /// Whether a message of `bytes` fits this capacity and alignment.
+    pub const fn accepts(self, bytes: u64) -> bool {
+        bytes > 0 && bytes <= self.max_bytes && bytes % self.align == 0
+    }
+}
+
+/// One collective call, as the selection tables see it.
+///
+/// `bytes` is the size of the collective's output in bytes: for all-reduce the
+/// tensor's size, for all-gather the gathered tensor (world size × each rank's input).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Query {
+    pub collective: Collective,
+    pub arch: Arch,
+    pub link: Link,
+    pub world_size: u32,
+    pub dtype: DType,
+    pub mode: Mode,
+    pub bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for c in Collective::ALL {
+            assert_eq!(Collective::from_name(c.name()), Some(c));
+        }
+        for l in Link::ALL {
+            assert_eq!(Link::from_name(l.name()), Some(l));
+        }
+        for d in DType::ALL {
+            assert_eq!(DType::from_name(d.name()), Some(d));
+        }
+        for m in Mode::ALL {
+            assert_eq!(Mode::from_name(m.name()), Some(m));
+        }
+        for a in Algo::ALL {
+            assert_eq!(Algo::from_name(a.name()), Some(a));
+        }
+        assert_eq!(Algo::from_name("ring"), None);
+    }
+
+    #[test]
+    fn arch_names() {
+        assert_eq!(Arch::from_name("sm90"), Some(Arch::SM90));
+        assert_eq!(Arch::from_name("sm100"), Some(Arch::SM100));
+        assert_eq!(Arch::from_name("sm103"), Some(Arch::from_compute_capability(10, 3)));
+        assert_eq!(Arch::SM80.name(), "sm80");
+        assert_eq!(Arch::from_name("sm9"), None);
+        assert_eq!(Arch::from_name("90"), None);
+        assert_eq!(Arch::from_name("sm09"), None);
+        assert_eq!(Arch::from_name("smx0"), None);
+    }
+
+    #[test]
+    fn two_shot_is_all_reduce_only() {
+        assert!(Algo::TwoShotPull.implements(Collective::AllReduce));
+        assert!(!Algo::TwoShotPull.implements(Collective::AllGather));
+        assert!(!Collective::AllGather.algos().contains(&Algo::TwoShotPull));
+    }
+
+    #[test]
+    fn capacity_accepts() {
+        let c = Capacity { max_bytes: 1024, align: 16 };
+        assert!(c.accepts(16));
+        assert!(c.accepts(1024));
+        assert!(!c.accepts(0));
+        assert!(!c.accepts(1040));
+        assert!(!c.accepts(24));
+    }
+}

@@ -1,0 +1,1 @@
+//! Collective selection for engines.

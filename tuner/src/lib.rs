@@ -1,0 +1,1 @@
+//! Tuner library.
