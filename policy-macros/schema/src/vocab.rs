@@ -239,6 +239,23 @@ impl Capacity {
     pub const fn accepts(self, bytes: u64) -> bool {
         bytes > 0 && bytes <= self.max_bytes && bytes % self.align == 0
     }
+
+    /// Whether a call of `collective` over `world_size` ranks with an output of
+    /// `bytes` fits. For all-gather the alignment applies to each rank's share
+    /// (`bytes / world_size`), since that is what each rank moves.
+    pub const fn accepts_message(self, collective: Collective, world_size: u32, bytes: u64) -> bool {
+        match collective {
+            Collective::AllReduce => self.accepts(bytes),
+            Collective::AllGather => {
+                let w = world_size as u64;
+                w > 0 && bytes % w == 0 && bytes <= self.max_bytes && self.accepts_share(bytes / w)
+            }
+        }
+    }
+
+    const fn accepts_share(self, share: u64) -> bool {
+        share > 0 && share % self.align == 0
+    }
 }
 
 /// One collective call, as the selection tables see it.
@@ -307,5 +324,8 @@ mod tests {
         assert!(!c.accepts(0));
         assert!(!c.accepts(1040));
         assert!(!c.accepts(24));
+        assert!(c.accepts_message(Collective::AllGather, 4, 64));
+        assert!(!c.accepts_message(Collective::AllGather, 4, 32));
+        assert!(!c.accepts_message(Collective::AllGather, 4, 2048));
     }
 }
