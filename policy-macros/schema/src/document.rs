@@ -20,6 +20,13 @@ pub struct Document {
     pub asserts: Vec<Assertion>,
 }
 
+impl Document {
+    /// The conventional file name of this platform: `sm90-nvlink.toml`.
+    pub fn file_name(&self) -> String {
+        format!("{}-{}.toml", self.platform.arch, self.platform.link.name())
+    }
+}
+
 /// Where a file's figures come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {

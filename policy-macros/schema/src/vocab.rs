@@ -212,17 +212,67 @@ impl Algo {
 
     /// Whether this algorithm implements `collective`.
     pub const fn implements(self, collective: Collective) -> bool {
-        match (self, collective) {
-            (Algo::TwoShotPull, Collective::AllGather) => false,
-            _ => true,
-        }
+        !matches!(
+            (self, collective),
+            (Algo::TwoShotPull, Collective::AllGather)
+        )
     }
 
     /// `const`-usable equality (derived `PartialEq` is not `const`).
     pub const fn same_as(self, other: Algo) -> bool {
         self as u8 == other as u8
     }
+
+    /// `const`-usable membership test, for `[[assert]]` checks in generated code.
+    pub const fn is_in(self, set: &[Algo]) -> bool {
+        let mut i = 0;
+        while i < set.len() {
+            if self.same_as(set[i]) {
+                return true;
+            }
+            i += 1;
+        }
+        false
+    }
 }
+
+/// The capacity `kernels` assumes for a custom algorithm on a platform whose file
+/// does not declare one (or that has no file at all).
+///
+/// - all-reduce: `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB, `two_shot_pull` 64 MiB;
+/// - all-gather: `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB;
+/// - alignment 16 bytes for every custom algorithm (the kernels move 16-byte vectors);
+/// - `nccl` takes any size: `max_bytes = u64::MAX`, `align = 1`;
+/// - an algorithm that does not implement the collective takes nothing
+///   (`max_bytes = 0`), so `accepts` is false for every size.
+pub const fn default_capacity(collective: Collective, algo: Algo) -> Capacity {
+    const MIB: u64 = 1024 * 1024;
+    let max_bytes = match (collective, algo) {
+        (_, Algo::Nccl) => {
+            return Capacity {
+                max_bytes: u64::MAX,
+                align: 1,
+            };
+        }
+        (Collective::AllGather, Algo::TwoShotPull) => {
+            return Capacity {
+                max_bytes: 0,
+                align: 1,
+            };
+        }
+        (_, Algo::OneShotPush) => 8 * MIB,
+        (_, Algo::OneShotPull) => 16 * MIB,
+        (Collective::AllReduce, Algo::TwoShotPull) => 64 * MIB,
+    };
+    Capacity {
+        max_bytes,
+        align: DEFAULT_ALIGN,
+    }
+}
+
+/// Alignment of every custom kernel unless a platform file says otherwise: the
+/// kernels move 16-byte vectors.
+pub const DEFAULT_ALIGN: u64 = 16;
 
 /// How large a message a custom algorithm takes on a platform, and the size
 /// granularity it needs. Sizes outside this are declined and run on NCCL.
@@ -237,24 +287,32 @@ pub struct Capacity {
 impl Capacity {
     /// Whether a message of `bytes` fits this capacity and alignment.
     pub const fn accepts(self, bytes: u64) -> bool {
-        bytes > 0 && bytes <= self.max_bytes && bytes % self.align == 0
+        bytes > 0 && bytes <= self.max_bytes && bytes.is_multiple_of(self.align)
     }
 
     /// Whether a call of `collective` over `world_size` ranks with an output of
     /// `bytes` fits. For all-gather the alignment applies to each rank's share
     /// (`bytes / world_size`), since that is what each rank moves.
-    pub const fn accepts_message(self, collective: Collective, world_size: u32, bytes: u64) -> bool {
+    pub const fn accepts_message(
+        self,
+        collective: Collective,
+        world_size: u32,
+        bytes: u64,
+    ) -> bool {
         match collective {
             Collective::AllReduce => self.accepts(bytes),
             Collective::AllGather => {
                 let w = world_size as u64;
-                w > 0 && bytes % w == 0 && bytes <= self.max_bytes && self.accepts_share(bytes / w)
+                w > 0
+                    && bytes.is_multiple_of(w)
+                    && bytes <= self.max_bytes
+                    && self.accepts_share(bytes / w)
             }
         }
     }
 
     const fn accepts_share(self, share: u64) -> bool {
-        share > 0 && share % self.align == 0
+        share > 0 && share.is_multiple_of(self.align)
     }
 }
 
@@ -301,7 +359,10 @@ mod tests {
     fn arch_names() {
         assert_eq!(Arch::from_name("sm90"), Some(Arch::SM90));
         assert_eq!(Arch::from_name("sm100"), Some(Arch::SM100));
-        assert_eq!(Arch::from_name("sm103"), Some(Arch::from_compute_capability(10, 3)));
+        assert_eq!(
+            Arch::from_name("sm103"),
+            Some(Arch::from_compute_capability(10, 3))
+        );
         assert_eq!(Arch::SM80.name(), "sm80");
         assert_eq!(Arch::from_name("sm9"), None);
         assert_eq!(Arch::from_name("90"), None);
@@ -317,8 +378,36 @@ mod tests {
     }
 
     #[test]
+    fn is_in_matches_membership() {
+        let custom = [Algo::OneShotPush, Algo::OneShotPull, Algo::TwoShotPull];
+        for a in Algo::ALL {
+            assert_eq!(a.is_in(&custom), custom.contains(&a));
+            assert!(!a.is_in(&[]));
+        }
+    }
+
+    #[test]
+    fn default_capacities() {
+        const MIB: u64 = 1024 * 1024;
+        let ar = Collective::AllReduce;
+        let ag = Collective::AllGather;
+        assert_eq!(default_capacity(ar, Algo::OneShotPush).max_bytes, 8 * MIB);
+        assert_eq!(default_capacity(ar, Algo::OneShotPull).max_bytes, 16 * MIB);
+        assert_eq!(default_capacity(ar, Algo::TwoShotPull).max_bytes, 64 * MIB);
+        assert_eq!(default_capacity(ag, Algo::OneShotPush).max_bytes, 8 * MIB);
+        assert_eq!(default_capacity(ag, Algo::OneShotPull).max_bytes, 16 * MIB);
+        assert_eq!(default_capacity(ar, Algo::OneShotPull).align, 16);
+        assert!(default_capacity(ar, Algo::Nccl).accepts(u64::MAX));
+        assert!(default_capacity(ag, Algo::Nccl).accepts(3));
+        assert!(!default_capacity(ag, Algo::TwoShotPull).accepts(16));
+    }
+
+    #[test]
     fn capacity_accepts() {
-        let c = Capacity { max_bytes: 1024, align: 16 };
+        let c = Capacity {
+            max_bytes: 1024,
+            align: 16,
+        };
         assert!(c.accepts(16));
         assert!(c.accepts(1024));
         assert!(!c.accepts(0));

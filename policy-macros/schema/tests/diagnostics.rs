@@ -1,0 +1,405 @@
+//! One test per class of input error: each checks the message and the line:col
+//! it points at. The base file below is valid; each test changes one thing.
+
+use tuned_schema::Diagnostic;
+use tuned_schema::parse::{ParsedFile, parse_document, parse_file};
+use tuned_schema::validate::validate;
+
+/// A valid file whose `[[table]]` bands start on line 21 and whose extra
+/// sections (if any) start on line 24 (so a leading blank line puts a header on 25).
+fn file_with(bands: &str, extra: &str) -> String {
+    format!(
+        r#"schema = 1
+
+[platform]
+arch = "sm90"
+gpu = "NVIDIA H200"
+link = "nvlink"
+source = "measured"
+
+[[capacity]]
+collective = "all_reduce"
+algo = "one_shot_push"
+max = "1MiB"
+align = 16
+
+[[table]]
+collective = "all_reduce"
+world_size = 8
+dtype = "bf16"
+mode = "graph"
+bands = [
+{bands}
+]
+{extra}"#
+    )
+}
+
+const GOOD_BANDS: &str = r#"  { max = "64KiB", algo = "one_shot_push" },
+  { algo = "nccl" },"#;
+
+/// The diagnostics of one file (parse and per-file checks).
+fn errors(text: &str) -> Vec<Diagnostic> {
+    parse_document("t.toml", text).expect_err("the file should be refused")
+}
+
+fn only_error(text: &str) -> Diagnostic {
+    let errors = errors(text);
+    assert_eq!(errors.len(), 1, "expected one error, got {errors:#?}");
+    errors.into_iter().next().unwrap()
+}
+
+fn at(d: &Diagnostic) -> (u32, u32) {
+    (d.line, d.col)
+}
+
+#[test]
+fn base_file_is_valid() {
+    let doc = parse_document("t.toml", &file_with(GOOD_BANDS, "")).unwrap();
+    assert_eq!(doc.tables.len(), 1);
+    assert_eq!(doc.tables[0].bands.len(), 2);
+    assert_eq!(doc.tables[0].bands[0].max, Some(64 * 1024));
+}
+
+#[test]
+fn syntax_error() {
+    let d = only_error(&file_with(
+        r#"  { max = "64KiB" algo = "one_shot_push" },
+  { algo = "nccl" },"#,
+        "",
+    ));
+    assert_eq!(
+        d.message,
+        "TOML syntax error: missing comma between key-value pairs, expected `,`"
+    );
+    assert_eq!(d.file, "t.toml");
+    // Column 19 is the `a` of `algo`, where the comma was expected.
+    assert_eq!(at(&d), (21, 19));
+}
+
+#[test]
+fn unknown_algorithm() {
+    let d = only_error(&file_with(
+        r#"  { max = "64KiB", algo = "ring" },
+  { algo = "nccl" },"#,
+        "",
+    ));
+    assert_eq!(
+        d.message,
+        "unknown algorithm `ring`; expected one of: nccl, one_shot_push, one_shot_pull, two_shot_pull"
+    );
+    assert_eq!(at(&d), (21, 27));
+    assert_eq!(
+        d.to_string(),
+        format!("t.toml:21:27: {}", d.message),
+        "Display is file:line:col: message"
+    );
+}
+
+#[test]
+fn wrong_algorithm_for_the_collective() {
+    let text = file_with(GOOD_BANDS, "")
+        .replace(
+            "collective = \"all_reduce\"\nworld_size",
+            "collective = \"all_gather\"\nworld_size",
+        )
+        .replace(
+            "{ max = \"64KiB\", algo = \"one_shot_push\" }",
+            "{ max = \"64KiB\", algo = \"two_shot_pull\" }",
+        );
+    let d = only_error(&text);
+    assert_eq!(
+        d.message,
+        "two_shot_pull does not implement all_gather; all_gather algorithms: nccl, one_shot_push, one_shot_pull"
+    );
+    assert_eq!(at(&d), (21, 27));
+}
+
+#[test]
+fn overlapping_bands() {
+    let d = only_error(&file_with(
+        r#"  { max = "64KiB", algo = "one_shot_push" },
+  { max = "32KiB", algo = "nccl" },
+  { algo = "nccl" },"#,
+        "",
+    ));
+    assert_eq!(
+        d.message,
+        "bands overlap: max = 32KiB is not greater than the previous band's max = 64KiB; maxima must be strictly increasing"
+    );
+    assert_eq!(at(&d), (22, 11));
+}
+
+#[test]
+fn open_band_before_the_last_overlaps_the_rest() {
+    let d = only_error(&file_with(
+        r#"  { algo = "nccl" },
+  { max = "64KiB", algo = "one_shot_push" },
+  { algo = "nccl" },"#,
+        "",
+    ));
+    assert!(
+        d.message
+            .starts_with("bands overlap: this band has no `max`"),
+        "{d}"
+    );
+    assert_eq!(at(&d), (21, 3));
+}
+
+#[test]
+fn gap_after_the_last_band() {
+    let d = only_error(&file_with(
+        r#"  { max = "64KiB", algo = "one_shot_push" },
+  { max = "1GiB", algo = "nccl" },"#,
+        "",
+    ));
+    assert_eq!(
+        d.message,
+        "gap: the last band ends at max = 1GiB, so larger sizes have no algorithm; end with an open band such as { algo = \"nccl\" }"
+    );
+    assert_eq!(at(&d), (22, 11));
+}
+
+#[test]
+fn empty_bands_leave_every_size_uncovered() {
+    let d = only_error(&file_with("", ""));
+    assert!(d.message.starts_with("`bands` is empty"), "{d}");
+    assert_eq!(at(&d), (20, 9));
+}
+
+#[test]
+fn over_capacity() {
+    let d = only_error(&file_with(
+        r#"  { max = "2MiB", algo = "one_shot_push" },
+  { algo = "nccl" },"#,
+        "",
+    ));
+    assert_eq!(
+        d.message,
+        "over capacity: max = 2MiB is larger than the capacity of one_shot_push for all_reduce, 1MiB (declared at t.toml:9:1)"
+    );
+    assert_eq!(at(&d), (21, 11));
+}
+
+#[test]
+fn open_custom_band_is_over_capacity() {
+    let d = only_error(&file_with(r#"  { algo = "one_shot_push" },"#, ""));
+    assert!(
+        d.message
+            .starts_with("over capacity: the open last band uses one_shot_push"),
+        "{d}"
+    );
+    assert_eq!(at(&d), (21, 12));
+}
+
+#[test]
+fn misaligned_all_reduce_band() {
+    let d = only_error(&file_with(
+        r#"  { max = 1000, algo = "one_shot_push" },
+  { algo = "nccl" },"#,
+        "",
+    ));
+    assert_eq!(
+        d.message,
+        "misaligned: max = 1000B (1000 bytes) is not a multiple of 16, the alignment of one_shot_push (declared at t.toml:9:1)"
+    );
+    assert_eq!(at(&d), (21, 11));
+}
+
+#[test]
+fn misaligned_all_gather_band_counts_each_ranks_share() {
+    // 64 KiB + 16 is a multiple of 16 but not of 16 × 8 = 128.
+    let text = file_with(
+        r#"  { max = 65552, algo = "one_shot_push" },
+  { algo = "nccl" },"#,
+        "",
+    )
+    .replace("collective = \"all_reduce\"", "collective = \"all_gather\"");
+    let d = only_error(&text);
+    assert!(
+        d.message.starts_with(
+            "misaligned: max = 65552B (65552 bytes) is not a multiple of 128, align 16 × world_size 8"
+        ),
+        "{d}"
+    );
+    assert_eq!(at(&d), (21, 11));
+}
+
+#[test]
+fn custom_band_without_capacity() {
+    let d = only_error(&file_with(
+        r#"  { max = "64KiB", algo = "one_shot_pull" },
+  { algo = "nccl" },"#,
+        "",
+    ));
+    assert_eq!(
+        d.message,
+        "band uses one_shot_pull for all_reduce but the file has no [[capacity]] with collective = \"all_reduce\", algo = \"one_shot_pull\""
+    );
+    assert_eq!(at(&d), (21, 27));
+}
+
+#[test]
+fn duplicate_table() {
+    let second = r#"
+[[table]]
+collective = "all_reduce"
+world_size = 8
+dtype = "bf16"
+mode = "graph"
+bands = [{ algo = "nccl" }]
+"#;
+    let d = only_error(&file_with(GOOD_BANDS, second));
+    assert_eq!(
+        d.message,
+        "duplicate table for (all_reduce, world_size 8, bf16, graph); first defined at t.toml:15:1"
+    );
+    assert_eq!(at(&d), (25, 1));
+}
+
+#[test]
+fn unknown_key() {
+    let d = only_error(
+        &file_with(GOOD_BANDS, "").replace("mode = \"graph\"", "mode = \"graph\"\nmodes = 2"),
+    );
+    assert_eq!(
+        d.message,
+        "unknown key `modes` in [[table]]; expected one of: collective, world_size, dtype, mode, note, bands"
+    );
+    assert_eq!(at(&d), (20, 1));
+}
+
+#[test]
+fn missing_key() {
+    let d = only_error(&file_with(GOOD_BANDS, "").replace("dtype = \"bf16\"\n", ""));
+    assert_eq!(d.message, "[[table]] is missing required key `dtype`");
+    assert_eq!(at(&d), (15, 1));
+}
+
+#[test]
+fn wrong_value_type() {
+    let d = only_error(&file_with(GOOD_BANDS, "").replace("world_size = 8", "world_size = \"8\""));
+    assert_eq!(d.message, "`world_size` must be an integer, found string");
+    assert_eq!(at(&d), (17, 14));
+}
+
+#[test]
+fn bad_size() {
+    let d = only_error(&file_with(GOOD_BANDS, "").replace("max = \"1MiB\"", "max = \"1MB\""));
+    assert!(
+        d.message
+            .starts_with("invalid size `1MB`: unknown unit `MB`"),
+        "{d}"
+    );
+    assert_eq!(at(&d), (12, 7));
+}
+
+#[test]
+fn world_size_below_two() {
+    let d = only_error(&file_with(GOOD_BANDS, "").replace("world_size = 8", "world_size = 1"));
+    assert_eq!(d.message, "world_size must be at least 2, found 1");
+    assert_eq!(at(&d), (17, 14));
+}
+
+#[test]
+fn world_size_above_the_limit() {
+    let d =
+        only_error(&file_with(GOOD_BANDS, "").replace("world_size = 8", "world_size = 4000000000"));
+    assert_eq!(
+        d.message,
+        "world_size must be at most 1024, found 4000000000"
+    );
+    assert_eq!(at(&d), (17, 14));
+}
+
+#[test]
+fn published_needs_citation() {
+    let d = only_error(&file_with(GOOD_BANDS, "").replace("\"measured\"", "\"published\""));
+    assert!(
+        d.message
+            .starts_with("source = \"published\" requires a non-empty `citation`"),
+        "{d}"
+    );
+    assert_eq!(at(&d), (3, 1));
+}
+
+#[test]
+fn wrong_schema_version() {
+    let d = only_error(&file_with(GOOD_BANDS, "").replace("schema = 1", "schema = 2"));
+    assert_eq!(
+        d.message,
+        "unsupported schema version 2; this build reads schema 1"
+    );
+    assert_eq!(at(&d), (1, 10));
+}
+
+#[test]
+fn several_errors_are_reported_together_in_order() {
+    let text = file_with(
+        r#"  { max = "2MiB", algo = "one_shot_push" },
+  { max = "1MiB", algo = "nccl" },"#,
+        "",
+    );
+    let found: Vec<(u32, u32)> = errors(&text).iter().map(at).collect();
+    // over capacity (21), then overlap and gap (both at 22:11).
+    assert_eq!(found, vec![(21, 11), (22, 11), (22, 11)]);
+}
+
+fn parsed(path: &str, text: &str) -> ParsedFile {
+    parse_file(path, text).unwrap()
+}
+
+const ASSERT_128K_CUSTOM: &str = r#"
+[[assert]]
+collective = "all_reduce"
+world_size = 8
+dtype = "bf16"
+mode = "graph"
+bytes = "128KiB"
+algo_in = ["one_shot_push", "one_shot_pull"]
+why = "a custom kernel beats NCCL here"
+"#;
+
+#[test]
+fn violated_assertion() {
+    let file = parsed("t.toml", &file_with(GOOD_BANDS, ASSERT_128K_CUSTOM));
+    let errors = validate(&[file]).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(
+        errors[0].message,
+        "assertion violated: all_reduce 128KiB on sm90 nvlink at world_size 8, bf16, graph selects nccl, expected one of: one_shot_push, one_shot_pull (why: a custom kernel beats NCCL here)"
+    );
+    assert_eq!(at(&errors[0]), (25, 1));
+}
+
+#[test]
+fn assertion_that_holds_passes() {
+    let holds = ASSERT_128K_CUSTOM.replace("128KiB", "64KiB");
+    let file = parsed("t.toml", &file_with(GOOD_BANDS, &holds));
+    validate(&[file]).unwrap();
+}
+
+#[test]
+fn assertion_about_an_undefined_platform() {
+    let other = ASSERT_128K_CUSTOM.replace("[[assert]]", "[[assert]]\narch = \"sm75\"");
+    let file = parsed("t.toml", &file_with(GOOD_BANDS, &other));
+    let errors = validate(&[file]).unwrap_err();
+    assert_eq!(
+        errors[0].message,
+        "[[assert]] names platform sm75 nvlink, which no file defines"
+    );
+    assert_eq!(at(&errors[0]), (25, 1));
+}
+
+#[test]
+fn duplicate_platform_names_both_files() {
+    let text = file_with(GOOD_BANDS, "");
+    let errors = validate(&[parsed("a.toml", &text), parsed("b.toml", &text)]).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0].file, "b.toml");
+    assert_eq!(
+        errors[0].message,
+        "duplicate platform: sm90 nvlink is already defined at a.toml:3:1; keep one file per (arch, link)"
+    );
+    assert_eq!(at(&errors[0]), (3, 1));
+}

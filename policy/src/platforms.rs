@@ -1,0 +1,66 @@
+//! The tables as plain data (`PLATFORMS`), for `tuner show`, logs and people.
+//! Selection itself never reads these: it is a generated `match`.
+
+use crate::{Algo, Arch, Capacity, Collective, DType, Link, Mode};
+
+/// One `tuned/*.toml` file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlatformInfo {
+    pub arch: Arch,
+    pub link: Link,
+    /// Marketing name, e.g. "NVIDIA H200".
+    pub gpu: &'static str,
+    /// `measured` or `published`.
+    pub source: &'static str,
+    pub citation: Option<&'static str>,
+    /// The file, as named to the macro (e.g. `../tuned/sm90-nvlink.toml`).
+    pub file: &'static str,
+    pub capacities: &'static [CapacityInfo],
+    pub tables: &'static [TableInfo],
+}
+
+/// One `[[capacity]]` entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CapacityInfo {
+    pub collective: Collective,
+    pub algo: Algo,
+    pub capacity: Capacity,
+}
+
+/// One `[[table]]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableInfo {
+    pub collective: Collective,
+    pub world_size: u32,
+    pub dtype: DType,
+    pub mode: Mode,
+    /// How the row was measured or where it was read.
+    pub note: Option<&'static str>,
+    pub bands: &'static [BandInfo],
+}
+
+/// One band: sizes up to `max` bytes (inclusive) after the previous band's max;
+/// `None` for the open last band.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BandInfo {
+    pub max: Option<u64>,
+    pub algo: Algo,
+}
+
+impl PlatformInfo {
+    /// The table for `(collective, world_size, dtype, mode)` in this file, if any.
+    pub fn table(
+        &self,
+        collective: Collective,
+        world_size: u32,
+        dtype: DType,
+        mode: Mode,
+    ) -> Option<&'static TableInfo> {
+        self.tables.iter().find(|t| {
+            t.collective == collective
+                && t.world_size == world_size
+                && t.dtype == dtype
+                && t.mode == mode
+        })
+    }
+}

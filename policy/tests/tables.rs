@@ -1,0 +1,196 @@
+//! The shipped tables (`tuned/`), through the generated functions.
+
+mod common;
+
+use common::{documents, query};
+use policy::{
+    Algo, Arch, Capacity, Collective, DType, Link, Mode, PLATFORMS, Query, capacity,
+    default_capacity, select, table_arch,
+};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * 1024;
+const AR: Collective = Collective::AllReduce;
+const AG: Collective = Collective::AllGather;
+
+#[test]
+fn sm80_world_size_8_runs_a_custom_kernel_at_448_kib() {
+    for mode in Mode::ALL {
+        let q = query(AR, Arch::SM80, 8, DType::Bf16, mode, 448 * KIB);
+        assert_eq!(select(q), Algo::TwoShotPull, "{mode:?}");
+    }
+}
+
+#[test]
+fn sm80_follows_the_vllm_rules() {
+    let at = |ws, bytes| select(query(AR, Arch::SM80, ws, DType::F16, Mode::Eager, bytes));
+    assert_eq!(at(2, 8 * MIB), Algo::OneShotPull);
+    assert_eq!(at(2, 8 * MIB + 1), Algo::Nccl);
+    assert_eq!(at(4, 512 * KIB - 16), Algo::OneShotPull);
+    assert_eq!(at(4, 512 * KIB), Algo::TwoShotPull);
+    assert_eq!(at(8, 256 * KIB - 16), Algo::OneShotPull);
+    assert_eq!(at(8, 256 * KIB), Algo::TwoShotPull);
+    assert_eq!(at(8, 8 * MIB + 16), Algo::Nccl);
+    // vLLM never runs all-gather on a custom kernel.
+    let gather = query(AG, Arch::SM80, 8, DType::Bf16, Mode::Graph, 16 * KIB);
+    assert_eq!(select(gather), Algo::Nccl);
+}
+
+#[test]
+fn sm90_graph_and_eager_differ_where_sglang_says() {
+    let at = |mode, ws, bytes| select(query(AR, Arch::SM90, ws, DType::Bf16, mode, bytes));
+    assert_eq!(at(Mode::Graph, 4, 512 * KIB), Algo::TwoShotPull);
+    assert_eq!(at(Mode::Eager, 4, 512 * KIB), Algo::OneShotPush);
+    assert_eq!(at(Mode::Graph, 8, 64 * MIB), Algo::Nccl);
+    assert_eq!(at(Mode::Eager, 8, 64 * MIB), Algo::TwoShotPull);
+    assert_eq!(at(Mode::Graph, 2, 100 * MIB), Algo::OneShotPull);
+}
+
+#[test]
+fn sm100_small_all_gather_is_custom_at_world_size_4_graph_only() {
+    let at = |ws, mode, bytes| select(query(AG, Arch::SM100, ws, DType::Bf16, mode, bytes));
+    assert_eq!(at(4, Mode::Graph, 4 * 96 * KIB), Algo::OneShotPush);
+    assert_eq!(at(4, Mode::Graph, 4 * 96 * KIB + 1), Algo::Nccl);
+    assert_eq!(at(4, Mode::Eager, 4 * KIB), Algo::Nccl);
+    assert_eq!(at(8, Mode::Graph, 4 * KIB), Algo::Nccl);
+}
+
+#[test]
+fn newer_minor_versions_borrow_their_major_table() {
+    let sm103 = Arch::from_compute_capability(10, 3);
+    assert_eq!(table_arch(sm103, Link::NvLink), Some(Arch::SM100));
+    assert_eq!(
+        table_arch(Arch::from_compute_capability(8, 6), Link::NvLink),
+        Some(Arch::SM80)
+    );
+    let q = query(AR, sm103, 8, DType::Bf16, Mode::Graph, 4 * KIB);
+    assert_eq!(
+        select(q),
+        select(Query {
+            arch: Arch::SM100,
+            ..q
+        })
+    );
+}
+
+#[test]
+fn no_table_selects_nccl() {
+    // No file for sm75, none for PCIe, and no table for world size 3.
+    let sm75 = Arch::from_compute_capability(7, 5);
+    assert_eq!(table_arch(sm75, Link::NvLink), None);
+    assert_eq!(
+        select(query(AR, sm75, 8, DType::Bf16, Mode::Graph, 4 * KIB)),
+        Algo::Nccl
+    );
+    let pcie = Query {
+        link: Link::Pcie,
+        ..query(AR, Arch::SM90, 8, DType::Bf16, Mode::Graph, 4 * KIB)
+    };
+    assert_eq!(table_arch(Arch::SM90, Link::Pcie), None);
+    assert_eq!(select(pcie), Algo::Nccl);
+    assert_eq!(
+        select(query(AR, Arch::SM90, 3, DType::Bf16, Mode::Graph, 4 * KIB)),
+        Algo::Nccl
+    );
+    // A major version is never borrowed from another one.
+    let sm120 = Arch::from_compute_capability(12, 0);
+    assert_eq!(
+        select(query(AR, sm120, 8, DType::Bf16, Mode::Graph, 4 * KIB)),
+        Algo::Nccl
+    );
+}
+
+#[test]
+fn capacities_come_from_the_platform_file_or_the_defaults() {
+    let sm90 = capacity(Arch::SM90, Link::NvLink, AR, Algo::OneShotPush);
+    assert_eq!(
+        sm90,
+        Capacity {
+            max_bytes: 32 * MIB,
+            align: 16
+        }
+    );
+    let sm80_pull = capacity(Arch::SM80, Link::NvLink, AR, Algo::OneShotPull);
+    assert_eq!(sm80_pull.max_bytes, 8 * MIB);
+    // sm80's file declares no push capacity: the default applies.
+    let sm80_push = capacity(Arch::SM80, Link::NvLink, AR, Algo::OneShotPush);
+    assert_eq!(sm80_push, default_capacity(AR, Algo::OneShotPush));
+    // No file at all.
+    let pcie = capacity(Arch::SM90, Link::Pcie, AR, Algo::TwoShotPull);
+    assert_eq!(pcie, default_capacity(AR, Algo::TwoShotPull));
+    assert_eq!(
+        capacity(Arch::SM90, Link::NvLink, AR, Algo::Nccl).max_bytes,
+        u64::MAX
+    );
+    assert!(!capacity(Arch::SM90, Link::NvLink, AG, Algo::TwoShotPull).accepts(16));
+}
+
+#[test]
+fn every_custom_band_fits_its_capacity_at_its_upper_edge() {
+    for platform in PLATFORMS {
+        for table in platform.tables {
+            for band in table.bands.iter().filter(|b| b.algo.is_custom()) {
+                let max = band.max.expect("custom bands are bounded");
+                let cap = capacity(platform.arch, platform.link, table.collective, band.algo);
+                assert!(
+                    cap.accepts_message(table.collective, table.world_size, max),
+                    "{} {table:?}",
+                    platform.file
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn platforms_mirror_the_files() {
+    let docs = documents("../tuned");
+    assert_eq!(PLATFORMS.len(), docs.len());
+    for (info, doc) in PLATFORMS.iter().zip(&docs) {
+        assert_eq!(
+            (info.arch, info.link),
+            (doc.platform.arch, doc.platform.link)
+        );
+        assert_eq!(info.gpu, doc.platform.gpu);
+        assert_eq!(info.source, doc.platform.source.name());
+        assert_eq!(info.citation, doc.platform.citation.as_deref());
+        assert_eq!(info.file, format!("../tuned/{}", doc.file_name()));
+        assert_eq!(info.capacities.len(), doc.capacities.len());
+        assert_eq!(info.tables.len(), doc.tables.len());
+        for (t, d) in info.tables.iter().zip(&doc.tables) {
+            assert_eq!(
+                (t.collective, t.world_size, t.dtype, t.mode),
+                (d.key.collective, d.key.world_size, d.key.dtype, d.key.mode)
+            );
+            assert_eq!(t.note, d.note.as_deref());
+            let bands: Vec<_> = t.bands.iter().map(|b| (b.max, b.algo)).collect();
+            let expected: Vec<_> = d.bands.iter().map(|b| (b.max, b.algo)).collect();
+            assert_eq!(bands, expected);
+        }
+    }
+}
+
+#[test]
+fn the_published_files_cover_every_key() {
+    // 3 platforms × 2 collectives × world sizes 2/4/8 × 3 dtypes × 2 modes.
+    assert_eq!(PLATFORMS.len(), 3);
+    for platform in PLATFORMS {
+        assert_eq!(platform.source, "published");
+        assert!(platform.citation.is_some());
+        for collective in Collective::ALL {
+            for ws in [2, 4, 8] {
+                for dtype in DType::ALL {
+                    for mode in Mode::ALL {
+                        let table = platform.table(collective, ws, dtype, mode);
+                        assert!(
+                            table.is_some_and(|t| t.note.is_some()),
+                            "{} {collective:?} {ws} {dtype:?} {mode:?}",
+                            platform.file
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(platform.tables.len(), 36);
+    }
+}
