@@ -1,1 +1,46 @@
-//! Collective kernels.
+//! Custom tensor-parallel collectives (all-reduce, all-gather) compiled at run
+//! time with NVRTC, NCCL through cudarc, and one communicator that runs whatever
+//! `policy` selects.
+//!
+//! Layers, bottom to top (the shape of cudarc's `sys` → `result` → `safe`):
+//! - [`ffi`]: library presence checks and raw driver calls; [`memory`]: plain
+//!   device allocations; [`peer`]: peer access and link detection;
+//! - [`module`]: the CUDA sources (`kernels/cuda/*.cu`), compiled once per
+//!   process and architecture; [`protocol`]: pure host logic (buffer layout,
+//!   counters, decline rules, launch shapes), unit-tested on the CPU;
+//! - [`algorithms`]: one launch wrapper per algorithm; `nccl`: NCCL;
+//! - [`comm`]: [`World`] builds ranks, [`RankComm`] runs collectives;
+//! - [`timing`]: measurement and verification for the tuner and the bench.
+//!
+//! ```no_run
+//! use kernels::{Mode, Options, Select, World};
+//! # fn main() -> kernels::Result<()> {
+//! let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+//! let mut ranks = World::loopback(ctx, 2, Options::default())?;
+//! # let _ = (&mut ranks, Select::Policy(Mode::Eager));
+//! # Ok(()) }
+//! ```
+
+pub mod algorithms;
+pub mod comm;
+pub mod concurrent;
+pub mod element;
+pub mod error;
+pub mod ffi;
+pub mod memory;
+pub mod module;
+mod nccl;
+pub mod peer;
+pub mod protocol;
+mod selection;
+pub mod timing;
+pub mod validation;
+pub mod vocab;
+
+pub use comm::{Fallback, Options, RankComm, Select, World};
+pub use element::Element;
+pub use error::{Error, Result};
+pub use nccl::nccl_version;
+pub use protocol::decline::Decline;
+pub use selection::table_choice;
+pub use vocab::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query};
