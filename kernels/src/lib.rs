@@ -13,11 +13,28 @@
 //! - [`timing`]: measurement and verification for the tuner and the bench.
 //!
 //! ```no_run
+//! use cudarc::driver::CudaContext;
 //! use kernels::{Mode, Options, Select, World};
+//!
 //! # fn main() -> kernels::Result<()> {
-//! let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+//! let ctx = CudaContext::new(0).expect("a GPU");
+//! // Two ranks on one GPU (a loopback world); `World::devices` takes one
+//! // stream per GPU instead.
 //! let mut ranks = World::loopback(ctx, 2, Options::default())?;
-//! # let _ = (&mut ranks, Select::Policy(Mode::Eager));
+//! let mut tensors = Vec::new();
+//! for rank in &ranks {
+//!     let input = rank.stream().clone_htod(&[1.0f32; 1024]).expect("upload");
+//!     let output = rank.stream().alloc_zeros::<f32>(1024).expect("alloc");
+//!     tensors.push((input, output));
+//! }
+//! // Every rank issues the same call; `policy` picks the algorithm.
+//! for (rank, (input, output)) in ranks.iter_mut().zip(&mut tensors) {
+//!     let ran = rank.all_reduce(&input.as_view(), &mut output.as_view_mut(), Select::Policy(Mode::Eager))?;
+//!     println!("rank {} ran {}", rank.rank(), ran.name());
+//! }
+//! for rank in &ranks {
+//!     rank.check()?; // waits, and turns a peer that never came into Error::Timeout
+//! }
 //! # Ok(()) }
 //! ```
 

@@ -1,0 +1,335 @@
+// Shared device code of every colltune kernel.
+//
+// This file is compiled by NVRTC at run time, after a prelude of `#define CT_*`
+// constants generated from the Rust `protocol` module (so host and device can
+// never disagree on a layout). It needs no header: 16-bit float conversions are
+// inline PTX `cvt`, and memory-model operations are inline PTX too, so the scope
+// and ordering of every access is explicit.
+//
+// Memory-ordering vocabulary used below:
+// - `weak`   plain ld/st: only for data whose publication is ordered by a barrier.
+// - `relaxed.sys`  strong, coherent at system scope, no ordering: Lamport data
+//   (each 32-bit word is its own "ready" signal) and reads of peer staging.
+// - `release.sys` / `acquire.sys`: barrier flags.
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned short u16;
+
+// Every kernel receives one of these by value. Mirrors `algorithms::args::CollArgs`
+// (repr(C)) on the host; field order and types must match exactly.
+struct CollArgs {
+    u64 push_bufs[CT_MAX_WORLD];  // each rank's push region: 3 buffers x world slots
+    u64 staging[CT_MAX_WORLD];    // each rank's staging region: 2 halves
+    u64 ctrls[CT_MAX_WORLD];      // each rank's control block (u32 words)
+    u64 input;                    // this rank's input (device pointer)
+    u64 output;                   // this rank's output
+    u64 bytes;                    // bytes each rank contributes (all-gather: one share)
+    u64 slot_bytes;               // stride between push slots
+    u64 staging_bytes;            // bytes of one staging half
+    u64 timeout_ns;               // bound on every wait
+    u32 rank;
+    u32 world;
+    u32 io_aligned;               // input and output are 16-byte aligned
+    u32 reserved;
+};
+
+struct __align__(16) Pack {
+    u32 w[4];
+};
+
+// ---------------------------------------------------------------------------
+// Memory access primitives
+// ---------------------------------------------------------------------------
+
+__device__ __forceinline__ Pack ld_pack(const void* p) {
+    Pack v;
+    asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_pack(void* p, const Pack& v) {
+    asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.w[0]), "r"(v.w[1]),
+                 "r"(v.w[2]), "r"(v.w[3])
+                 : "memory");
+}
+
+__device__ __forceinline__ Pack ld_pack_sys(const void* p) {
+    Pack v;
+    asm volatile("ld.relaxed.sys.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_pack_sys(void* p, const Pack& v) {
+    asm volatile("st.relaxed.sys.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.w[0]),
+                 "r"(v.w[1]), "r"(v.w[2]), "r"(v.w[3])
+                 : "memory");
+}
+
+__device__ __forceinline__ u16 ld_u16_sys(const void* p) {
+    u16 v;
+    asm volatile("ld.relaxed.sys.global.u16 %0, [%1];" : "=h"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ u32 ld_u32_sys(const void* p) {
+    u32 v;
+    asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ u32 ld_acquire_sys(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_release_sys(u32* p, u32 v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ u64 globaltimer_ns() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// A user tensor may be a view at any element offset: when either pointer is not
+// 16-byte aligned the host says so and these fall back to 16-bit accesses (every
+// supported element is at least 2-byte aligned). The choice depends only on this
+// rank's own pointers, which no peer ever touches, so ranks may differ here.
+__device__ __forceinline__ Pack ld_io(const char* p, bool aligned) {
+    if (aligned) return ld_pack(p);
+    const u16* h = (const u16*)p;
+    Pack v;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v.w[k] = (u32)h[2 * k] | ((u32)h[2 * k + 1] << 16);
+    return v;
+}
+
+__device__ __forceinline__ void st_io(char* p, const Pack& v, bool aligned) {
+    if (aligned) {
+        st_pack(p, v);
+        return;
+    }
+    u16* h = (u16*)p;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        h[2 * k] = (u16)(v.w[k] & 0xffffu);
+        h[2 * k + 1] = (u16)(v.w[k] >> 16);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Element types: bit patterns <-> f32 (exact widening, round-to-nearest-even
+// narrowing; NaN, infinities, subnormals and signed zeros pass through: NVRTC
+// compiles with --ftz=false).
+// ---------------------------------------------------------------------------
+
+struct Bf16 {
+    typedef u16 Bits;
+    static const int LANES = 8;  // per 16-byte pack
+    __device__ static __forceinline__ float to_f32(u16 h) { return __uint_as_float((u32)h << 16); }
+    __device__ static __forceinline__ u16 from_f32(float f) {
+        u16 h;
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        return h;
+    }
+};
+
+struct F16 {
+    typedef u16 Bits;
+    static const int LANES = 8;
+    __device__ static __forceinline__ float to_f32(u16 h) {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+        return f;
+    }
+    __device__ static __forceinline__ u16 from_f32(float f) {
+        u16 h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        return h;
+    }
+};
+
+struct F32 {
+    typedef u32 Bits;
+    static const int LANES = 4;
+    __device__ static __forceinline__ float to_f32(u32 b) { return __uint_as_float(b); }
+    __device__ static __forceinline__ u32 from_f32(float f) { return __float_as_uint(f); }
+};
+
+// Lane k of a pack: 16-bit lanes are little-endian halves of the 32-bit words,
+// so element 2i is the low half of word i (the layout of the tensor in memory).
+template <typename E>
+__device__ __forceinline__ float pack_lane(const Pack& v, int k) {
+    if (E::LANES == 4) return E::to_f32((typename E::Bits)v.w[k]);
+    u32 word = v.w[k >> 1];
+    return E::to_f32((typename E::Bits)((k & 1) ? (word >> 16) : (word & 0xffffu)));
+}
+
+// f32 accumulator of one pack. Sums always start from rank 0's value (not from
+// +0.0, which would turn an all -0.0 column into +0.0) and add ranks in order
+// 0..W-1, so every rank produces the same bits.
+template <typename E>
+struct PackAcc {
+    float f[E::LANES];
+    __device__ __forceinline__ void first(const Pack& v) {
+#pragma unroll
+        for (int k = 0; k < E::LANES; ++k) f[k] = pack_lane<E>(v, k);
+    }
+    __device__ __forceinline__ void add(const Pack& v) {
+#pragma unroll
+        for (int k = 0; k < E::LANES; ++k) f[k] += pack_lane<E>(v, k);
+    }
+    __device__ __forceinline__ Pack result() const {
+        Pack v;
+        if (E::LANES == 4) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v.w[k] = (u32)E::from_f32(f[k]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                u32 lo = (u32)E::from_f32(f[2 * k]) & 0xffffu;
+                u32 hi = (u32)E::from_f32(f[2 * k + 1]) & 0xffffu;
+                v.w[k] = lo | (hi << 16);
+            }
+        }
+        return v;
+    }
+};
+
+// ---------------------------------------------------------------------------
+// Lamport sentinel
+// ---------------------------------------------------------------------------
+
+__device__ __forceinline__ bool has_sentinel(const Pack& v) {
+    return v.w[0] == CT_SENTINEL || v.w[1] == CT_SENTINEL || v.w[2] == CT_SENTINEL ||
+           v.w[3] == CT_SENTINEL;
+}
+
+// The one documented bit change of the push algorithms: a 32-bit word equal to
+// the sentinel (f32 -0.0; for 16-bit types the pair (+0.0, -0.0)) is sent as 0
+// (+0.0 / (+0.0, +0.0)), otherwise the receiver could never see it arrive.
+__device__ __forceinline__ Pack without_sentinel(Pack v) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+        if (v.w[k] == CT_SENTINEL) v.w[k] = 0u;
+    return v;
+}
+
+__device__ __forceinline__ Pack sentinel_pack() {
+    Pack v;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v.w[k] = CT_SENTINEL;
+    return v;
+}
+
+// ---------------------------------------------------------------------------
+// Control block, errors, bounded waits
+// ---------------------------------------------------------------------------
+
+__device__ __forceinline__ u32* ctrl_of(const CollArgs& a, u32 rank) { return (u32*)a.ctrls[rank]; }
+
+// The first failure of a rank wins; the host decodes both words in `check()`.
+__device__ __noinline__ void report_timeout(u32* ctrl, u32 kernel, u32 phase, u32 peer) {
+    const u32 code = CT_ERR_TIMEOUT | (kernel << 8) | (phase << 16);
+    if (atomicCAS(ctrl + CT_CTRL_ERROR, 0u, code) == 0u) {
+        ctrl[CT_CTRL_ERROR_INFO] = (peer & 0xffu) | (blockIdx.x << 8);
+    }
+    __threadfence_system();
+}
+
+// A rank whose earlier call timed out is out of step with its peers for good:
+// every later kernel returns at once (so a broken world fails fast instead of
+// paying one timeout per queued call). Thread 0 reads the flag and broadcasts it,
+// so the whole block takes the same branch and no barrier is left half-entered.
+__device__ __forceinline__ bool rank_is_poisoned(const u32* ctrl) {
+    __shared__ u32 s_poisoned;
+    if (threadIdx.x == 0) s_poisoned = *(volatile const u32*)(ctrl + CT_CTRL_ERROR);
+    __syncthreads();
+    return s_poisoned != 0u;
+}
+
+// Measures one wait. The clock is only read once the wait has spun a while, so a
+// wait that is satisfied at once costs nothing; after that every 64th spin.
+struct Deadline {
+    u64 start;
+    u64 timeout;
+    u32 spins;
+    __device__ __forceinline__ explicit Deadline(u64 timeout_ns) : start(0), timeout(timeout_ns), spins(0) {}
+    __device__ __forceinline__ bool expired() {
+        if ((++spins & 63u) != 0u) return false;
+        const u64 now = globaltimer_ns();
+        if (start == 0) {
+            start = now;
+            return false;
+        }
+        return now - start > timeout;
+    }
+};
+
+// Counters only move forward and wrap at 2^32: compare by signed distance.
+__device__ __forceinline__ bool flag_reached(u32 flag, u32 target) { return (int)(flag - target) >= 0; }
+
+// Barrier between block `blockIdx.x` of this rank and the same block of every
+// rank (itself included). Thread t < world signals rank t and waits for rank t.
+//
+// Ordering: __syncthreads() makes every store of this block (its share of the
+// staging copy) happen-before thread t's fence + release at system scope; the
+// waiter's acquire at system scope followed by __syncthreads_and() makes them
+// visible to every thread of the waiting block. Flag values come from a counter
+// that only increases, so flags are never reset and a fast peer that already
+// signalled a later barrier still satisfies this one (`flag_reached`).
+//
+// Returns false in every thread of the block if any wait timed out.
+__device__ __forceinline__ bool block_barrier(const CollArgs& a, u32 value, u32 kernel, u32 phase) {
+    __syncthreads();
+    bool ok = true;
+    const u32 t = threadIdx.x;
+    if (t < a.world) {
+        u32* peer_flag = ctrl_of(a, t) + CT_CTRL_FLAGS + blockIdx.x * CT_MAX_WORLD + a.rank;
+        __threadfence_system();
+        st_release_sys(peer_flag, value);
+        const u32* my_flag = ctrl_of(a, a.rank) + CT_CTRL_FLAGS + blockIdx.x * CT_MAX_WORLD + t;
+        if (!flag_reached(ld_acquire_sys(my_flag), value)) {
+            Deadline deadline(a.timeout_ns);
+            while (!flag_reached(ld_acquire_sys(my_flag), value)) {
+                if (deadline.expired()) {
+                    report_timeout(ctrl_of(a, a.rank), kernel, phase, t);
+                    ok = false;
+                    break;
+                }
+            }
+        }
+    }
+    return __syncthreads_and(ok) != 0;
+}
+
+// End of a call: every block arrives on `done`; the last one resets it and returns
+// true in all its threads, so it alone can advance the rank's counters. The next
+// call on this rank starts after this kernel has finished (stream order), so the
+// new values are visible to every block of it without further fencing.
+__device__ __forceinline__ bool is_last_block(u32* done) {
+    __shared__ u32 s_last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const u32 previous = atomicAdd(done, 1u);
+        s_last = (previous == gridDim.x - 1) ? 1u : 0u;
+        if (s_last) *done = 0u;
+    }
+    __syncthreads();
+    return s_last != 0u;
+}
+
+__device__ __forceinline__ u64 first_thread() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ u64 thread_stride() { return (u64)gridDim.x * blockDim.x; }
+
+#define CT_KERNEL extern "C" __global__ void __launch_bounds__(CT_MAX_THREADS)

@@ -1,0 +1,51 @@
+//! The one argument every kernel takes, by value. Mirrors `struct CollArgs` in
+//! `kernels/cuda/common.cu` field for field.
+
+use cudarc::driver::DeviceRepr;
+
+use crate::protocol::MAX_WORLD;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CollArgs {
+    /// Each rank's push region (3 buffers x world slots).
+    pub push_bufs: [u64; MAX_WORLD],
+    /// Each rank's staging region (2 halves).
+    pub staging: [u64; MAX_WORLD],
+    /// Each rank's control block.
+    pub ctrls: [u64; MAX_WORLD],
+    pub input: u64,
+    pub output: u64,
+    /// Bytes each rank contributes (all-gather: one share).
+    pub bytes: u64,
+    pub slot_bytes: u64,
+    pub staging_bytes: u64,
+    pub timeout_ns: u64,
+    pub rank: u32,
+    pub world: u32,
+    /// 1 when input and output are both 16-byte aligned.
+    pub io_aligned: u32,
+    pub reserved: u32,
+}
+
+// SAFETY: plain old data with the C layout the kernels expect.
+unsafe impl DeviceRepr for CollArgs {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+
+    #[test]
+    fn layout_matches_the_cuda_struct() {
+        // Three pointer tables of 8, six u64, four u32: no padding anywhere.
+        assert_eq!(size_of::<CollArgs>(), 3 * 8 * 8 + 6 * 8 + 4 * 4);
+        assert_eq!(align_of::<CollArgs>(), 8);
+        assert_eq!(offset_of!(CollArgs, staging), 64);
+        assert_eq!(offset_of!(CollArgs, ctrls), 128);
+        assert_eq!(offset_of!(CollArgs, input), 192);
+        assert_eq!(offset_of!(CollArgs, timeout_ns), 232);
+        assert_eq!(offset_of!(CollArgs, rank), 240);
+        assert_eq!(offset_of!(CollArgs, reserved), 252);
+    }
+}

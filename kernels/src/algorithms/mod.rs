@@ -1,0 +1,77 @@
+//! Launch wrappers: one per algorithm, all through [`launch`]. They take device
+//! pointers the communicator already checked, pick the grid and fill the
+//! per-call fields of [`CollArgs`]; nothing here decides or validates.
+
+pub mod args;
+mod one_shot_pull;
+mod one_shot_push;
+mod reference;
+mod two_shot_pull;
+
+pub use args::CollArgs;
+pub(crate) use one_shot_pull::one_shot_pull;
+pub(crate) use one_shot_push::one_shot_push;
+pub(crate) use reference::reference;
+pub(crate) use two_shot_pull::two_shot_pull;
+
+use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+
+use crate::error::{DriverContext, Error, Result};
+use crate::module::{KernelKind, KernelSet};
+use crate::protocol::PACK_BYTES;
+use crate::protocol::grid::LaunchShape;
+use crate::vocab::{Collective, DType};
+
+/// One call, as the launch wrappers see it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Call {
+    pub collective: Collective,
+    pub dtype: DType,
+    pub input: u64,
+    pub output: u64,
+    /// Bytes each rank contributes (all-gather: one share).
+    pub bytes_per_rank: u64,
+}
+
+impl Call {
+    fn io_aligned(&self) -> bool {
+        self.input.is_multiple_of(PACK_BYTES) && self.output.is_multiple_of(PACK_BYTES)
+    }
+}
+
+/// Launches `kind` for `call` on `stream` with `units` parallel work items.
+fn launch(
+    kernels: &KernelSet,
+    kind: KernelKind,
+    stream: &CudaStream,
+    shape: LaunchShape,
+    base: &CollArgs,
+    call: &Call,
+    units: u64,
+) -> Result<()> {
+    let function = kernels
+        .function(kind, call.collective, call.dtype)
+        .ok_or_else(|| {
+            Error::Unsupported(format!("no {kind:?} kernel for {}", call.collective.name()))
+        })?;
+    let args = CollArgs {
+        input: call.input,
+        output: call.output,
+        bytes: call.bytes_per_rank,
+        io_aligned: call.io_aligned() as u32,
+        ..*base
+    };
+    let config = LaunchConfig {
+        grid_dim: (shape.blocks_for(units), 1, 1),
+        block_dim: (shape.threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut builder = stream.launch_builder(function);
+    builder.arg(&args);
+    // SAFETY: the kernel takes exactly one CollArgs by value; every pointer in it
+    // is a live registered buffer or a tensor the communicator checked, and the
+    // grid respects the kernels' launch bounds.
+    unsafe { builder.launch(config) }
+        .map(|_| ())
+        .during("launching a collective kernel")
+}

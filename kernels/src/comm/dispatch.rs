@@ -1,0 +1,297 @@
+//! The collectives of a rank: check the arguments, pick the algorithm, decline
+//! to the fallback when a custom kernel cannot take the call, launch.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use cudarc::driver::{CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice};
+
+use super::options::{Fallback, Select};
+use super::rank::RankComm;
+use crate::algorithms::{self, Call};
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::protocol::decline::{CallShape, Decline, decline};
+use crate::vocab::{Algo, Collective, DType, Query};
+
+impl RankComm {
+    /// Sums `input` over all ranks into `output` (same length). Returns the
+    /// algorithm that ran: a declined custom algorithm reports `Nccl` (see
+    /// [`RankComm::fallback_kind`] for what that means in this world).
+    ///
+    /// `input` and `output` must not overlap (use
+    /// [`RankComm::all_reduce_in_place`] for that). Both may be views at any
+    /// element offset. The dtype is `T` on both sides by construction; that every
+    /// rank passes the same `T` and length, as with NCCL, cannot be checked
+    /// without communicating and is the caller's contract.
+    pub fn all_reduce<T: Element>(
+        &mut self,
+        input: &CudaView<T>,
+        output: &mut CudaViewMut<T>,
+        how: Select,
+    ) -> Result<Algo> {
+        if input.len() != output.len() {
+            return Err(Error::Mismatch(format!(
+                "all_reduce on rank {}: input has {} elements, output {}",
+                self.rank,
+                input.len(),
+                output.len()
+            )));
+        }
+        self.same_device(input.stream().context(), "input")?;
+        self.same_device(output.stream().context(), "output")?;
+        let bytes = byte_len::<T>(input.len());
+        let stream = self.stream.clone();
+        let (src, _reading) = input.device_ptr(&stream);
+        let (dst, _writing) = output.device_ptr_mut(&stream);
+        self.run(Collective::AllReduce, T::DTYPE, src, dst, bytes, how)
+    }
+
+    /// In-place all-reduce of `buffer`.
+    pub fn all_reduce_in_place<T: Element>(
+        &mut self,
+        buffer: &mut CudaViewMut<T>,
+        how: Select,
+    ) -> Result<Algo> {
+        self.same_device(buffer.stream().context(), "buffer")?;
+        let bytes = byte_len::<T>(buffer.len());
+        let stream = self.stream.clone();
+        let (ptr, _writing) = buffer.device_ptr_mut(&stream);
+        self.run(Collective::AllReduce, T::DTYPE, ptr, ptr, bytes, how)
+    }
+
+    /// Gathers every rank's `input` into `output` in rank order
+    /// (`output.len() == world_size * input.len()`).
+    pub fn all_gather<T: Element>(
+        &mut self,
+        input: &CudaView<T>,
+        output: &mut CudaViewMut<T>,
+        how: Select,
+    ) -> Result<Algo> {
+        if output.len() != input.len() * self.world_size {
+            return Err(Error::Mismatch(format!(
+                "all_gather on rank {}: output has {} elements, expected world size {} x input {}",
+                self.rank,
+                output.len(),
+                self.world_size,
+                input.len()
+            )));
+        }
+        self.same_device(input.stream().context(), "input")?;
+        self.same_device(output.stream().context(), "output")?;
+        let bytes = byte_len::<T>(output.len());
+        let stream = self.stream.clone();
+        let (src, _reading) = input.device_ptr(&stream);
+        let (dst, _writing) = output.device_ptr_mut(&stream);
+        self.run(Collective::AllGather, T::DTYPE, src, dst, bytes, how)
+    }
+
+    /// In-place all-gather: this rank's share already sits at its place in
+    /// `buffer` (elements `rank * n .. (rank + 1) * n`, `n = len / world_size`),
+    /// as with NCCL.
+    pub fn all_gather_in_place<T: Element>(
+        &mut self,
+        buffer: &mut CudaViewMut<T>,
+        how: Select,
+    ) -> Result<Algo> {
+        if !buffer.len().is_multiple_of(self.world_size) {
+            return Err(Error::Mismatch(format!(
+                "all_gather_in_place on rank {}: {} elements do not split into {} shares",
+                self.rank,
+                buffer.len(),
+                self.world_size
+            )));
+        }
+        self.same_device(buffer.stream().context(), "buffer")?;
+        let bytes = byte_len::<T>(buffer.len());
+        let share = bytes / self.world_size as u64;
+        let stream = self.stream.clone();
+        let (ptr, _writing) = buffer.device_ptr_mut(&stream);
+        let src = ptr + self.rank as u64 * share;
+        self.run(Collective::AllGather, T::DTYPE, src, ptr, bytes, how)
+    }
+
+    /// Whether a forced `algo` would decline a call of `bytes` (output bytes).
+    /// `None` when it would run. NCCL never declines.
+    pub fn would_decline(&self, collective: Collective, algo: Algo, bytes: u64) -> Option<Decline> {
+        decline(
+            &CallShape {
+                collective,
+                algo,
+                world: self.world_size,
+                bytes,
+            },
+            &self.shared.caps,
+            self.shared.registration.plan(),
+            self.shared.peer_access,
+        )
+    }
+
+    /// The capacity `policy` gives `algo` for `collective` on this world's
+    /// platform (what the registered buffers were sized for).
+    pub fn capacity(&self, collective: Collective, algo: Algo) -> crate::vocab::Capacity {
+        self.shared.caps.of(collective, algo)
+    }
+
+    /// The algorithm `policy` picks for a call, before declines.
+    pub fn policy_choice(
+        &self,
+        collective: Collective,
+        dtype: DType,
+        mode: crate::vocab::Mode,
+        bytes: u64,
+    ) -> Algo {
+        self.selector
+            .select(self.query(collective, dtype, mode, bytes))
+    }
+
+    fn query(
+        &self,
+        collective: Collective,
+        dtype: DType,
+        mode: crate::vocab::Mode,
+        bytes: u64,
+    ) -> Query {
+        Query {
+            collective,
+            arch: self.arch,
+            link: self.link,
+            world_size: self.world_size as u32,
+            dtype,
+            mode,
+            bytes,
+        }
+    }
+
+    fn same_device(&self, ctx: &cudarc::driver::CudaContext, what: &str) -> Result<()> {
+        if ctx.cu_ctx() == self.stream.context().cu_ctx() {
+            Ok(())
+        } else {
+            Err(Error::Mismatch(format!(
+                "rank {} runs in a context of GPU {} but its {what} belongs to another context \
+                 (of GPU {})",
+                self.rank,
+                self.stream.context().ordinal(),
+                ctx.ordinal()
+            )))
+        }
+    }
+
+    /// Picks, declines, launches. `bytes` is the output size.
+    fn run(
+        &mut self,
+        collective: Collective,
+        dtype: DType,
+        input: u64,
+        output: u64,
+        bytes: u64,
+        how: Select,
+    ) -> Result<Algo> {
+        if bytes == 0 {
+            // Nothing moves; every rank returns without launching.
+            return Ok(Algo::Nccl);
+        }
+        let algo = match how {
+            Select::Policy(mode) => self.policy_choice(collective, dtype, mode, bytes),
+            Select::Force(algo) => algo,
+        };
+        let call = Call {
+            collective,
+            dtype,
+            input,
+            output,
+            bytes_per_rank: match collective {
+                Collective::AllReduce => bytes,
+                Collective::AllGather => bytes / self.world_size as u64,
+            },
+        };
+        if algo.is_custom() {
+            match self.would_decline(collective, algo, bytes) {
+                None => {
+                    self.launch_custom(algo, &call)?;
+                    return Ok(algo);
+                }
+                Some(reason) => self.log_decline(collective, algo, dtype, bytes, reason),
+            }
+        }
+        self.run_fallback(&call)?;
+        Ok(Algo::Nccl)
+    }
+
+    fn launch_custom(&self, algo: Algo, call: &Call) -> Result<()> {
+        let (kernels, stream, shape, base) =
+            (&*self.kernels, &*self.stream, self.shape, &self.base_args);
+        match algo {
+            Algo::OneShotPush => algorithms::one_shot_push(kernels, stream, shape, base, call),
+            Algo::OneShotPull => algorithms::one_shot_pull(kernels, stream, shape, base, call),
+            Algo::TwoShotPull => algorithms::two_shot_pull(kernels, stream, shape, base, call),
+            Algo::Nccl => unreachable!("NCCL is not a custom kernel"),
+        }
+    }
+
+    fn run_fallback(&self, call: &Call) -> Result<()> {
+        match (self.shared.fallback, &self.nccl) {
+            (Fallback::Nccl, Some(nccl)) => {
+                // NCCL launches through the runtime API on the current device.
+                self.stream
+                    .context()
+                    .bind_to_thread()
+                    .map_err(|e| Error::driver("binding the rank's context for NCCL", e))?;
+                let element = call.dtype.size_bytes();
+                let count = (call.bytes_per_rank / element) as usize;
+                match call.collective {
+                    Collective::AllReduce => {
+                        nccl.all_reduce(call.input, call.output, count, call.dtype, &self.stream)
+                    }
+                    Collective::AllGather => {
+                        nccl.all_gather(call.input, call.output, count, call.dtype, &self.stream)
+                    }
+                }
+            }
+            (Fallback::LoopbackReference, _) => algorithms::reference(
+                &self.kernels,
+                &self.stream,
+                self.shape,
+                &self.base_args,
+                call,
+            ),
+            (Fallback::Nccl, None) => Err(Error::Unsupported(
+                "this world has no NCCL communicator".into(),
+            )),
+        }
+    }
+
+    /// The first decline of each (collective, algorithm, reason) is printed once
+    /// per process; the rest are silent (a decline is expected behaviour).
+    fn log_decline(
+        &self,
+        collective: Collective,
+        algo: Algo,
+        dtype: DType,
+        bytes: u64,
+        reason: Decline,
+    ) {
+        static LOGGED: Mutex<Option<HashSet<(Collective, Algo, Decline)>>> = Mutex::new(None);
+        if !self.options.log_declines {
+            return;
+        }
+        let mut logged = LOGGED.lock().unwrap_or_else(|p| p.into_inner());
+        if logged
+            .get_or_insert_with(HashSet::new)
+            .insert((collective, algo, reason))
+        {
+            eprintln!(
+                "colltune: {} declined {} of {bytes} bytes of {} ({reason}); running {} instead \
+                 (logged once per kind)",
+                algo.name(),
+                collective.name(),
+                dtype.name(),
+                self.shared.fallback.describe()
+            );
+        }
+    }
+}
+
+fn byte_len<T>(len: usize) -> u64 {
+    (len * std::mem::size_of::<T>()) as u64
+}

@@ -1,0 +1,12 @@
+//! The communicator: a world of ranks and the collectives each rank runs.
+
+mod dispatch;
+mod options;
+mod rank;
+mod registration;
+mod world;
+
+pub use options::{Fallback, Options, Select};
+pub use rank::RankComm;
+pub use world::World;
+pub(crate) use world::{arch_of, sm_count};

@@ -1,0 +1,83 @@
+//! Knobs of a world, and how a call picks its algorithm.
+
+use std::time::Duration;
+
+use crate::vocab::{Algo, Mode};
+
+/// Configuration of a world, fixed when it is built.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bound on every device-side wait for a peer. A rank whose peer does not
+    /// arrive within it records a fault that [`RankComm::check`](super::RankComm::check)
+    /// returns as [`Error::Timeout`](crate::Error::Timeout). Default 1 s.
+    pub timeout: Duration,
+    /// Bound on how long [`RankComm::check`](super::RankComm::check) waits for a stream
+    /// to drain (catches hangs the kernels cannot bound, e.g. an NCCL peer that
+    /// never calls). Default 60 s: a long queue of legitimate work must not trip it.
+    pub drain_timeout: Duration,
+    /// Most blocks per rank per kernel. Default: 32 on dedicated GPUs; on a
+    /// loopback world the SMs divided by the world size (at most 32), since every
+    /// block of every rank must be resident at once.
+    pub blocks: Option<u32>,
+    /// Threads per block (multiple of 32, at most 512). Default 512.
+    pub threads: Option<u32>,
+    /// Print the first decline of each kind to stderr. Default true.
+    pub log_declines: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            timeout: Duration::from_secs(1),
+            drain_timeout: Duration::from_secs(60),
+            blocks: None,
+            threads: None,
+            log_declines: true,
+        }
+    }
+}
+
+/// How a call chooses its algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Select {
+    /// Ask `policy` (tables plus the `COLLTUNE_ALGO` override) for a call in
+    /// this mode: graph when the call is being captured, eager otherwise.
+    Policy(Mode),
+    /// Run this algorithm (the tuner measures each one this way). A custom
+    /// algorithm that cannot take the call still declines to the fallback.
+    Force(Algo),
+}
+
+/// What runs a call whose algorithm is NCCL or that a custom kernel declined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// NCCL itself (worlds of real devices, and a loopback world of one rank).
+    Nccl,
+    /// A loopback world of several ranks on one GPU, where NCCL refuses to run:
+    /// this crate's reference collective (element-wise, chunked through the
+    /// staging buffers, f32 sums in rank order). Correct for any size, eager or
+    /// captured; its timings say nothing about NCCL.
+    LoopbackReference,
+}
+
+impl Fallback {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Fallback::Nccl => "NCCL",
+            Fallback::LoopbackReference => "the loopback reference collective (NCCL unavailable)",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_bound_every_wait() {
+        let o = Options::default();
+        assert_eq!(o.timeout, Duration::from_secs(1));
+        assert!(o.drain_timeout > o.timeout);
+        assert!(o.blocks.is_none() && o.threads.is_none() && o.log_declines);
+    }
+}

@@ -1,0 +1,251 @@
+//! Building a world: the ranks, their registered buffers, kernels and NCCL.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaStream, sys};
+
+use super::options::{Fallback, Options};
+use super::rank::{RankComm, WorldShared};
+use super::registration::Registration;
+use crate::error::{DriverContext, Error, Result};
+use crate::ffi;
+use crate::module::{self, KernelSet};
+use crate::nccl::NcclComm;
+use crate::peer;
+use crate::protocol::MAX_WORLD;
+use crate::protocol::grid::LaunchShape;
+use crate::protocol::layout::{BufferPlan, Capacities};
+use crate::selection::{self, Selector};
+use crate::vocab::{Arch, Link};
+
+/// Constructors of the ranks of a single-process world.
+pub struct World;
+
+impl World {
+    /// `world_size` ranks on ONE GPU: one stream per rank on `ctx`, every rank's
+    /// buffers on that GPU. Exercises the same kernels and protocols as real
+    /// devices (validates correctness, never NVLink timing). Blocks per rank are
+    /// limited so that all ranks' blocks are resident at once.
+    ///
+    /// NCCL refuses two ranks on one GPU, so a loopback world of several ranks
+    /// runs NCCL-selected and declined calls on the loopback reference collective
+    /// ([`Fallback::LoopbackReference`]); a world of one rank has real NCCL.
+    pub fn loopback(
+        ctx: Arc<CudaContext>,
+        world_size: usize,
+        options: Options,
+    ) -> Result<Vec<RankComm>> {
+        ffi::require_driver()?;
+        ffi::require_nvrtc()?;
+        check_world_size(world_size)?;
+        let arch = arch_of(&ctx)?;
+        let shape = launch_shape(&options, world_size, sm_count(&ctx)?, true)?;
+        let link = Link::Loopback;
+        let fallback = if world_size == 1 {
+            Fallback::Nccl
+        } else {
+            Fallback::LoopbackReference
+        };
+        let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
+        let plan = BufferPlan::new(&caps, world_size, fallback == Fallback::LoopbackReference)
+            .map_err(Error::Unsupported)?;
+        let compiled = module::compile_for(arch)?;
+        let kernels = Arc::new(KernelSet::load(&ctx, &compiled, shape.threads)?);
+        let streams = (0..world_size)
+            .map(|_| ctx.new_stream())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .during("creating the ranks' streams")?;
+        let contexts = vec![ctx.clone(); world_size];
+        let registration = Registration::new(&contexts, &streams, plan)?;
+        let nccl = if world_size == 1 {
+            NcclComm::init_all(&[ctx.ordinal() as i32])?
+                .into_iter()
+                .map(Some)
+                .collect()
+        } else {
+            (0..world_size).map(|_| None).collect()
+        };
+        let shared = Arc::new(WorldShared {
+            registration,
+            caps,
+            peer_access: true,
+            fallback,
+        });
+        let kernel_sets = vec![kernels; world_size];
+        assemble(
+            streams,
+            kernel_sets,
+            nccl,
+            shared,
+            arch,
+            link,
+            shape,
+            options,
+        )
+    }
+
+    /// One rank per GPU, one stream each (rank r runs on `streams[r]`), all in
+    /// this process. Peer access is enabled between every pair; the link is
+    /// NVLink when every pair has native peer atomics, else PCIe. Without peer
+    /// access every custom algorithm declines and NCCL runs everything. The
+    /// streams must belong to the devices' primary contexts (`CudaContext::new`),
+    /// which is what NCCL uses.
+    ///
+    /// NCCL calls of a single-process world must be issued concurrently, one
+    /// thread per rank (as `timing` does), or the first collective can block.
+    pub fn devices(streams: Vec<Arc<CudaStream>>, options: Options) -> Result<Vec<RankComm>> {
+        ffi::require_driver()?;
+        ffi::require_nvrtc()?;
+        ffi::require_nccl()?;
+        let world_size = streams.len();
+        check_world_size(world_size)?;
+        let contexts: Vec<Arc<CudaContext>> = streams.iter().map(|s| s.context().clone()).collect();
+        for (i, a) in contexts.iter().enumerate() {
+            for b in &contexts[i + 1..] {
+                if a.cu_device() == b.cu_device() {
+                    return Err(Error::Mismatch(format!(
+                        "two ranks on GPU {}: a devices world has one rank per GPU (use \
+                         World::loopback for several ranks on one GPU)",
+                        a.ordinal()
+                    )));
+                }
+            }
+        }
+        let arch = arch_of(&contexts[0])?;
+        for ctx in &contexts[1..] {
+            let other = arch_of(ctx)?;
+            if other != arch {
+                return Err(Error::Mismatch(format!(
+                    "GPU {} is {other} but GPU {} is {arch}: every rank must select the same \
+                     algorithms, so a world needs one architecture",
+                    ctx.ordinal(),
+                    contexts[0].ordinal()
+                )));
+            }
+        }
+        let mut sms = u32::MAX;
+        for ctx in &contexts {
+            sms = sms.min(sm_count(ctx)?);
+        }
+        let shape = launch_shape(&options, world_size, sms, false)?;
+        let topology = peer::connect(&contexts)?;
+        // One GPU has no link; like a loopback world of one, all ranks share it.
+        let link = if world_size == 1 {
+            Link::Loopback
+        } else {
+            topology.link
+        };
+        let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
+        let plan = if topology.peer_access {
+            BufferPlan::new(&caps, world_size, false).map_err(Error::Unsupported)?
+        } else {
+            BufferPlan {
+                world: world_size,
+                slot_bytes: 0,
+                staging_half_bytes: 0,
+            }
+        };
+        let compiled = module::compile_for(arch)?;
+        let kernel_sets = contexts
+            .iter()
+            .map(|ctx| KernelSet::load(ctx, &compiled, shape.threads).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?;
+        let registration = Registration::new(&contexts, &streams, plan)?;
+        let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();
+        let nccl = NcclComm::init_all(&ordinals)?
+            .into_iter()
+            .map(Some)
+            .collect();
+        let shared = Arc::new(WorldShared {
+            registration,
+            caps,
+            peer_access: topology.peer_access,
+            fallback: Fallback::Nccl,
+        });
+        assemble(
+            streams,
+            kernel_sets,
+            nccl,
+            shared,
+            arch,
+            link,
+            shape,
+            options,
+        )
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn assemble(
+    streams: Vec<Arc<CudaStream>>,
+    kernel_sets: Vec<Arc<KernelSet>>,
+    nccl: Vec<Option<NcclComm>>,
+    shared: Arc<WorldShared>,
+    arch: Arch,
+    link: Link,
+    shape: LaunchShape,
+    options: Options,
+) -> Result<Vec<RankComm>> {
+    let world_size = streams.len();
+    let timeout_ns = options.timeout.as_nanos().min(u64::MAX as u128) as u64;
+    let mut ranks = Vec::with_capacity(world_size);
+    for (rank, ((stream, kernels), nccl)) in
+        streams.into_iter().zip(kernel_sets).zip(nccl).enumerate()
+    {
+        ranks.push(RankComm {
+            rank,
+            world_size,
+            stream,
+            arch,
+            link,
+            shape,
+            kernels,
+            base_args: shared.registration.base_args(rank, timeout_ns),
+            shared: shared.clone(),
+            nccl,
+            selector: Selector::from_env()?,
+            options: options.clone(),
+        });
+    }
+    Ok(ranks)
+}
+
+fn check_world_size(world_size: usize) -> Result<()> {
+    if (1..=MAX_WORLD).contains(&world_size) {
+        Ok(())
+    } else {
+        Err(Error::Unsupported(format!(
+            "a world of {world_size} ranks: the kernels serve 1..={MAX_WORLD}"
+        )))
+    }
+}
+
+fn launch_shape(
+    options: &Options,
+    world_size: usize,
+    sms: u32,
+    loopback: bool,
+) -> Result<LaunchShape> {
+    let default = LaunchShape::default_for(world_size, sms, loopback);
+    LaunchShape {
+        threads: options.threads.unwrap_or(default.threads),
+        max_blocks: options.blocks.unwrap_or(default.max_blocks),
+    }
+    .validate(world_size, sms, loopback)
+    .map_err(Error::Unsupported)
+}
+
+/// The compute capability of `ctx`'s device as an [`Arch`].
+pub(crate) fn arch_of(ctx: &CudaContext) -> Result<Arch> {
+    let (major, minor) = ctx
+        .compute_capability()
+        .during("querying the compute capability")?;
+    Ok(Arch::from_compute_capability(major as u8, minor as u8))
+}
+
+/// Streaming multiprocessors of `ctx`'s device.
+pub(crate) fn sm_count(ctx: &CudaContext) -> Result<u32> {
+    ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map(|n| n as u32)
+        .during("querying the SM count")
+}

@@ -1,0 +1,144 @@
+//! The one error type of this crate.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::vocab::{Algo, Arch, Collective, DType};
+
+/// Everything that can go wrong in `kernels`, with enough context to act on.
+#[derive(Debug)]
+pub enum Error {
+    /// A shared library could not be loaded. `fix` says how to make it loadable.
+    MissingLibrary { lib: &'static str, fix: String },
+    /// A CUDA driver call failed.
+    Driver { what: String, code: String },
+    /// NVRTC could not compile the kernels for `arch`; `log` is the compiler log.
+    Nvrtc {
+        arch: Arch,
+        message: String,
+        log: String,
+    },
+    /// An NCCL call failed.
+    Nccl { what: String, code: String },
+    /// A rank's kernel waited longer than the configured timeout for a peer
+    /// (device-side), or its stream did not drain in time (host-side).
+    Timeout {
+        rank: usize,
+        /// The rank it was waiting for, when the device knows it.
+        peer: Option<usize>,
+        /// Which kernel and where: e.g. "one_shot_pull barrier 1".
+        during: String,
+        timeout: Duration,
+    },
+    /// Arguments that do not fit together (lengths, dtypes, devices): reported
+    /// before anything is launched.
+    Mismatch(String),
+    /// A request this build or this machine cannot serve.
+    Unsupported(String),
+    /// A forced algorithm would decline this call (the tuner asks for this
+    /// instead of silently timing the fallback).
+    Declined {
+        collective: Collective,
+        algo: Algo,
+        dtype: DType,
+        bytes: u64,
+        reason: String,
+    },
+    /// `COLLTUNE_ALGO` (or another policy override) is malformed.
+    Policy(String),
+    /// A result did not match the host reference (from [`crate::timing::verify`]).
+    Verification(String),
+    /// This rank stopped because another rank of a concurrent run failed first
+    /// (that rank's error is the one to read).
+    PeerFailed { rank: usize },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::MissingLibrary { lib, fix } => write!(f, "{lib} could not be loaded: {fix}"),
+            Error::Driver { what, code } => write!(f, "CUDA driver error in {what}: {code}"),
+            Error::Nvrtc { arch, message, log } => {
+                write!(
+                    f,
+                    "NVRTC failed to compile the collective kernels for {arch}: {message}"
+                )?;
+                if !log.trim().is_empty() {
+                    write!(f, "\ncompiler log:\n{log}")?;
+                }
+                Ok(())
+            }
+            Error::Nccl { what, code } => write!(f, "NCCL error in {what}: {code}"),
+            Error::Timeout {
+                rank,
+                peer,
+                during,
+                timeout,
+            } => {
+                write!(f, "rank {rank} timed out after {timeout:?} in {during}")?;
+                if let Some(peer) = peer {
+                    write!(f, " waiting for rank {peer}")?;
+                }
+                write!(
+                    f,
+                    " (a peer never launched the matching call, or ranks issued different \
+                     sequences of collectives); this world is unusable now: build a new one"
+                )
+            }
+            Error::Mismatch(what) => write!(f, "mismatched arguments: {what}"),
+            Error::Unsupported(what) => write!(f, "unsupported: {what}"),
+            Error::Declined {
+                collective,
+                algo,
+                dtype,
+                bytes,
+                reason,
+            } => write!(
+                f,
+                "{} declines {} of {bytes} bytes of {}: {reason}",
+                algo.name(),
+                collective.name(),
+                dtype.name()
+            ),
+            Error::Policy(what) => write!(f, "policy override: {what}"),
+            Error::Verification(what) => write!(f, "verification failed: {what}"),
+            Error::PeerFailed { rank } => write!(f, "rank {rank} stopped: another rank failed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl Error {
+    pub(crate) fn driver(what: impl Into<String>, err: cudarc::driver::DriverError) -> Error {
+        let name = err
+            .error_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| format!("{:?}", err.0));
+        let text = err
+            .error_string()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Error::Driver {
+            what: what.into(),
+            code: if text.is_empty() {
+                name
+            } else {
+                format!("{name} ({text})")
+            },
+        }
+    }
+}
+
+/// Adds "what was being done" to driver results.
+pub(crate) trait DriverContext<T> {
+    fn during(self, what: &str) -> Result<T>;
+}
+
+impl<T> DriverContext<T> for std::result::Result<T, cudarc::driver::DriverError> {
+    fn during(self, what: &str) -> Result<T> {
+        self.map_err(|e| Error::driver(what, e))
+    }
+}

@@ -1,0 +1,150 @@
+//! The bottom layer: whether the CUDA libraries can be loaded, and the few raw
+//! driver calls cudarc's safe API lacks (plain allocations, 32-bit memsets, peer
+//! access, P2P attributes). cudarc loads libraries lazily and panics when one is
+//! missing, so every entry point of this crate checks presence first and turns
+//! absence into [`Error::MissingLibrary`] with a fix.
+
+use cudarc::driver::sys;
+
+use crate::error::{DriverContext, Error, Result};
+
+const CUDA_LIB_FIX: &str = "set LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH";
+
+/// The CUDA driver (`libcuda.so`), needed for everything that touches a GPU.
+pub fn require_driver() -> Result<()> {
+    // SAFETY: only tries to dlopen the library; no symbol is called.
+    if unsafe { sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(Error::MissingLibrary {
+            lib: "libcuda.so (the NVIDIA driver)",
+            fix: "install the NVIDIA driver, or add the directory holding libcuda.so.1 to \
+                  LD_LIBRARY_PATH; on a machine without a GPU only the NVRTC compile checks \
+                  can run"
+                .into(),
+        })
+    }
+}
+
+/// NVRTC (`libnvrtc.so.13`), needed to compile the kernels.
+pub fn require_nvrtc() -> Result<()> {
+    // SAFETY: only tries to dlopen the library.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(Error::MissingLibrary {
+            lib: "libnvrtc.so (NVRTC, the CUDA runtime compiler)",
+            fix: format!(
+                "{CUDA_LIB_FIX}, or `pip install nvidia-cuda-nvrtc==13.0.*` and add its \
+                 nvidia/cu13/lib directory to LD_LIBRARY_PATH"
+            ),
+        })
+    }
+}
+
+/// NCCL (`libnccl.so.2`), needed by worlds that run NCCL.
+pub fn require_nccl() -> Result<()> {
+    // SAFETY: only tries to dlopen the library.
+    if unsafe { cudarc::nccl::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(Error::MissingLibrary {
+            lib: "libnccl.so.2 (NCCL)",
+            fix: "install NCCL 2.x (e.g. the libnccl2 package or `pip install nvidia-nccl-cu13`) \
+                  and add the directory holding libnccl.so.2 to LD_LIBRARY_PATH"
+                .into(),
+        })
+    }
+}
+
+/// Whether NCCL can be loaded, for reporting.
+pub fn nccl_present() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    unsafe { cudarc::nccl::sys::is_culib_present() }
+}
+
+/// `cuMemAlloc`: a plain allocation (not stream-ordered), as CUDA IPC needs.
+/// The caller's context must be current.
+pub(crate) fn mem_alloc(bytes: usize) -> Result<sys::CUdeviceptr> {
+    let mut ptr: sys::CUdeviceptr = 0;
+    // SAFETY: writes one pointer into `ptr`.
+    unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }
+        .result()
+        .during("cuMemAlloc")?;
+    Ok(ptr)
+}
+
+/// `cuMemFree`. The caller's context must be current and no work may use `ptr`.
+pub(crate) unsafe fn mem_free(ptr: sys::CUdeviceptr) -> Result<()> {
+    // SAFETY: the caller guarantees `ptr` came from `mem_alloc` and is idle.
+    unsafe { sys::cuMemFree_v2(ptr) }
+        .result()
+        .during("cuMemFree")
+}
+
+/// Fills `words` 32-bit words at `ptr` with `value`, ordered on `stream`.
+pub(crate) unsafe fn memset_u32_async(
+    ptr: sys::CUdeviceptr,
+    value: u32,
+    words: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: the caller guarantees the range is a live allocation.
+    unsafe { sys::cuMemsetD32Async(ptr, value, words, stream) }
+        .result()
+        .during("cuMemsetD32Async")
+}
+
+/// Copies `out.len()` words from device memory, synchronously.
+pub(crate) unsafe fn copy_words_to_host(src: sys::CUdeviceptr, out: &mut [u32]) -> Result<()> {
+    // SAFETY: the caller guarantees `src` holds `out.len()` words.
+    unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, std::mem::size_of_val(out)) }
+        .result()
+        .during("cuMemcpyDtoH")
+}
+
+/// Whether `device` can map `peer`'s memory.
+pub(crate) fn can_access_peer(device: sys::CUdevice, peer: sys::CUdevice) -> Result<bool> {
+    let mut can = 0;
+    // SAFETY: writes one int.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, device, peer) }
+        .result()
+        .during("cuDeviceCanAccessPeer")?;
+    Ok(can != 0)
+}
+
+/// Lets the current context access `peer_ctx`'s allocations. Enabling twice is
+/// not an error.
+pub(crate) fn enable_peer_access(peer_ctx: sys::CUcontext) -> Result<()> {
+    // SAFETY: `peer_ctx` is a live context (held by its CudaContext).
+    match unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) } {
+        sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
+            Ok(())
+        }
+        other => other.result().during("cuCtxEnablePeerAccess"),
+    }
+}
+
+/// A P2P attribute between two devices.
+pub(crate) fn p2p_attribute(
+    attribute: sys::CUdevice_P2PAttribute,
+    src: sys::CUdevice,
+    dst: sys::CUdevice,
+) -> Result<i32> {
+    let mut value = 0;
+    // SAFETY: writes one int.
+    unsafe { sys::cuDeviceGetP2PAttribute(&mut value, attribute, src, dst) }
+        .result()
+        .during("cuDeviceGetP2PAttribute")?;
+    Ok(value)
+}
+
+/// The CUDA version the driver supports, e.g. 13000 for 13.0.
+pub(crate) fn driver_cuda_version() -> Result<i32> {
+    let mut version = 0;
+    // SAFETY: writes one int.
+    unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .during("cuDriverGetVersion")?;
+    Ok(version)
+}

@@ -1,0 +1,90 @@
+//! Device buffers the communicator registers once: plain `cuMemAlloc`
+//! allocations (not cudarc's stream-ordered ones, which CUDA IPC refuses), freed
+//! on drop.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaStream, sys};
+
+use crate::error::{DriverContext, Result};
+use crate::ffi;
+
+/// One allocation on one device.
+#[derive(Debug)]
+pub struct DeviceBuffer {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: a device pointer is an address valid in its context from any thread;
+// every use binds the context first.
+unsafe impl Send for DeviceBuffer {}
+unsafe impl Sync for DeviceBuffer {}
+
+impl DeviceBuffer {
+    /// Allocates `bytes` (at least one byte) on `ctx`'s device. 256-byte aligned.
+    pub fn alloc(ctx: &Arc<CudaContext>, bytes: usize) -> Result<DeviceBuffer> {
+        ctx.bind_to_thread()
+            .during("binding a context to allocate")?;
+        let ptr = ffi::mem_alloc(bytes)?;
+        Ok(DeviceBuffer {
+            ptr,
+            bytes,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Fills the buffer with a 32-bit pattern, ordered on `stream`.
+    pub fn fill_words(&self, stream: &CudaStream, value: u32) -> Result<()> {
+        let words = self.bytes / 4;
+        if words == 0 {
+            return Ok(());
+        }
+        self.ctx
+            .bind_to_thread()
+            .during("binding a context to fill")?;
+        // SAFETY: the range is this live allocation; stream belongs to its context.
+        unsafe { ffi::memset_u32_async(self.ptr, value, words, stream.cu_stream()) }
+    }
+
+    /// Reads `out.len()` words starting at word `first`, synchronously (after
+    /// all work on the context's streams that was ordered before).
+    pub fn read_words(&self, first: usize, out: &mut [u32]) -> Result<()> {
+        assert!(
+            (first + out.len()) * 4 <= self.bytes,
+            "read past a device buffer"
+        );
+        self.ctx
+            .bind_to_thread()
+            .during("binding a context to read")?;
+        // SAFETY: the range lies within this live allocation (asserted above).
+        unsafe { ffi::copy_words_to_host(self.ptr + first as u64 * 4, out) }
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // Work that may still use the buffer was synchronised by its owner (the
+        // world's registration); synchronising the context again is cheap and
+        // keeps a free from racing a kernel if that ever changes.
+        if self.ctx.bind_to_thread().is_ok() {
+            let _ = self.ctx.synchronize();
+            // SAFETY: allocated by `alloc` in this context; nothing uses it now.
+            let _ = unsafe { ffi::mem_free(self.ptr) };
+        }
+    }
+}

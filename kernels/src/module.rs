@@ -1,0 +1,290 @@
+//! The CUDA sources, compiled with NVRTC for the exact architecture of a GPU once
+//! per process, and loaded into each context that runs them.
+//!
+//! [`compile_for`] is what both the runtime and the CI compile test use: it needs
+//! NVRTC but no GPU, and compiles for a real `sm_XX` target so the assembler runs
+//! (a PTX-only compile would hide ptxas errors until a GPU loads the module).
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::{Ptx, result as nvrtc, sys as nvrtc_sys};
+
+use crate::error::{DriverContext, Error, Result};
+use crate::ffi;
+use crate::protocol::cuda_prelude;
+use crate::vocab::{Arch, Collective, DType};
+
+/// The kernel sources, in compilation order (embedded in the binary).
+const SOURCES: [(&str, &str); 4] = [
+    ("common.cu", include_str!("../cuda/common.cu")),
+    ("push.cu", include_str!("../cuda/push.cu")),
+    ("pull.cu", include_str!("../cuda/pull.cu")),
+    ("two_shot.cu", include_str!("../cuda/two_shot.cu")),
+];
+
+/// Options every compile uses: IEEE behaviour (no flush to zero, no fused
+/// multiply-add, exact division), so subnormals and signed zeros survive.
+const NVRTC_OPTIONS: [&str; 5] = [
+    "--std=c++17",
+    "--ftz=false",
+    "--fmad=false",
+    "--prec-div=true",
+    "--prec-sqrt=true",
+];
+
+/// The complete translation unit handed to NVRTC.
+pub fn kernel_source() -> String {
+    let mut source = cuda_prelude();
+    for (name, text) in SOURCES {
+        source.push_str(&format!("\n// ---- kernels/cuda/{name} ----\n"));
+        source.push_str(text);
+    }
+    source
+}
+
+/// Which kernel family runs a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelKind {
+    Push,
+    Pull,
+    TwoShot,
+    /// The loopback world's stand-in for NCCL.
+    Reference,
+}
+
+/// The entry point of `kind` for `collective` on `dtype`, or `None` (two-shot
+/// all-gather). All-gather moves bits, so it has one entry per family.
+pub fn entry_name(kind: KernelKind, collective: Collective, dtype: DType) -> Option<String> {
+    let family = match kind {
+        KernelKind::Push => "push",
+        KernelKind::Pull => "pull",
+        KernelKind::TwoShot => "two_shot",
+        KernelKind::Reference => "reference",
+    };
+    match collective {
+        Collective::AllReduce => Some(format!("colltune_{family}_all_reduce_{}", dtype.name())),
+        Collective::AllGather if kind == KernelKind::TwoShot => None,
+        Collective::AllGather => Some(format!("colltune_{family}_all_gather")),
+    }
+}
+
+/// Every entry point the sources must define.
+pub fn entry_names() -> Vec<String> {
+    let kinds = [
+        KernelKind::Push,
+        KernelKind::Pull,
+        KernelKind::TwoShot,
+        KernelKind::Reference,
+    ];
+    let mut names = Vec::new();
+    for kind in kinds {
+        for collective in Collective::ALL {
+            for dtype in DType::ALL {
+                if let Some(name) = entry_name(kind, collective, dtype)
+                    && !names.contains(&name)
+                {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// The output of one NVRTC compile.
+#[derive(Debug)]
+pub struct CompiledKernels {
+    pub arch: Arch,
+    /// The real-architecture binary that is loaded.
+    pub cubin: Vec<u8>,
+    /// The intermediate PTX (kept for inspection and tests).
+    pub ptx: String,
+    /// NVRTC's log (warnings), usually empty.
+    pub log: String,
+}
+
+/// `sm_90` for 9.0, `sm_103` for 10.3: the NVRTC spelling of a real target.
+pub fn nvrtc_target(arch: Arch) -> String {
+    format!("sm_{}{}", arch.major, arch.minor)
+}
+
+/// Compiles the kernels for `arch`, once per process; later calls return the
+/// cached result. Needs NVRTC, not a GPU.
+pub fn compile_for(arch: Arch) -> Result<Arc<CompiledKernels>> {
+    static CACHE: OnceLock<Mutex<HashMap<Arch, Arc<CompiledKernels>>>> = OnceLock::new();
+    ffi::require_nvrtc()?;
+    // Holding the lock while compiling makes concurrent first calls compile once.
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(hit) = cache.get(&arch) {
+        return Ok(hit.clone());
+    }
+    let compiled = Arc::new(compile_uncached(arch)?);
+    cache.insert(arch, compiled.clone());
+    Ok(compiled)
+}
+
+/// Destroys an NVRTC program when dropped, whatever happens in between.
+struct Program(nvrtc_sys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: created by create_program and destroyed only here.
+        let _ = unsafe { nvrtc::destroy_program(self.0) };
+    }
+}
+
+fn compile_uncached(arch: Arch) -> Result<CompiledKernels> {
+    let nvrtc_error = |message: String, log: String| Error::Nvrtc { arch, message, log };
+    let source = CString::new(kernel_source()).expect("the kernel sources contain no NUL");
+    let prog = Program(
+        nvrtc::create_program(&source, Some(c"colltune_collectives.cu"))
+            .map_err(|e| nvrtc_error(format!("nvrtcCreateProgram: {e:?}"), String::new()))?,
+    );
+    let target = format!("--gpu-architecture={}", nvrtc_target(arch));
+    let mut options: Vec<&str> = NVRTC_OPTIONS.to_vec();
+    options.push(&target);
+
+    // SAFETY: `prog` is live; options are plain strings.
+    let compiled = unsafe { nvrtc::compile_program(prog.0, &options) };
+    // SAFETY: `prog` is live.
+    let log = unsafe { nvrtc::get_program_log(prog.0) }
+        .map(|raw| c_chars_to_string(&raw))
+        .unwrap_or_default();
+    if let Err(e) = compiled {
+        return Err(nvrtc_error(
+            format!(
+                "nvrtcCompileProgram: {e:?} (options: {})",
+                options.join(" ")
+            ),
+            log,
+        ));
+    }
+
+    let mut size = 0usize;
+    // SAFETY: `prog` compiled successfully; NVRTC writes the size, then the image.
+    let cubin = unsafe {
+        nvrtc_sys::nvrtcGetCUBINSize(prog.0, &mut size)
+            .result()
+            .map_err(|e| nvrtc_error(format!("nvrtcGetCUBINSize: {e:?}"), log.clone()))?;
+        let mut image = vec![0u8; size];
+        nvrtc_sys::nvrtcGetCUBIN(prog.0, image.as_mut_ptr().cast())
+            .result()
+            .map_err(|e| nvrtc_error(format!("nvrtcGetCUBIN: {e:?}"), log.clone()))?;
+        image
+    };
+    if cubin.is_empty() {
+        return Err(nvrtc_error(
+            format!("no CUBIN for {target}: NVRTC produced only PTX"),
+            log,
+        ));
+    }
+    // SAFETY: `prog` compiled successfully.
+    let ptx = unsafe { nvrtc::get_ptx(prog.0) }
+        .map(|raw| c_chars_to_string(&raw))
+        .map_err(|e| nvrtc_error(format!("nvrtcGetPTX: {e:?}"), log.clone()))?;
+    Ok(CompiledKernels {
+        arch,
+        cubin,
+        ptx,
+        log,
+    })
+}
+
+fn c_chars_to_string(raw: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = raw.iter().map(|&c| c as u8).collect();
+    CStr::from_bytes_until_nul(&bytes)
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The kernels loaded into one context.
+#[derive(Debug)]
+pub struct KernelSet {
+    functions: HashMap<String, CudaFunction>,
+    _module: Arc<CudaModule>,
+}
+
+impl KernelSet {
+    /// Loads the compiled kernels into `ctx` and checks that a block of
+    /// `threads` threads of every kernel fits on one SM.
+    pub fn load(
+        ctx: &Arc<CudaContext>,
+        compiled: &CompiledKernels,
+        threads: u32,
+    ) -> Result<KernelSet> {
+        let module = ctx
+            .load_module(Ptx::from_binary(compiled.cubin.clone()))
+            .during("loading the collective kernels (cuModuleLoadData)")?;
+        let mut functions = HashMap::new();
+        for name in entry_names() {
+            let function = module
+                .load_function(&name)
+                .during(&format!("finding kernel {name}"))?;
+            let resident = function
+                .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+                .during("querying kernel occupancy")?;
+            if resident == 0 {
+                return Err(Error::Unsupported(format!(
+                    "kernel {name} cannot run blocks of {threads} threads on this GPU"
+                )));
+            }
+            functions.insert(name, function);
+        }
+        Ok(KernelSet {
+            functions,
+            _module: module,
+        })
+    }
+
+    /// The function for `kind`/`collective`/`dtype`.
+    pub fn function(
+        &self,
+        kind: KernelKind,
+        collective: Collective,
+        dtype: DType,
+    ) -> Option<&CudaFunction> {
+        entry_name(kind, collective, dtype).and_then(|name| self.functions.get(&name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn there_are_fifteen_entry_points() {
+        let names = entry_names();
+        assert_eq!(names.len(), 15, "{names:?}");
+        assert!(names.contains(&"colltune_two_shot_all_reduce_bf16".to_string()));
+        assert!(names.contains(&"colltune_reference_all_gather".to_string()));
+        assert!(!names.iter().any(|n| n.contains("two_shot_all_gather")));
+    }
+
+    #[test]
+    fn every_entry_point_is_defined_in_the_sources() {
+        let source = kernel_source();
+        for name in entry_names() {
+            assert!(
+                source.contains(&format!("CT_KERNEL {name}(")),
+                "{name} is not defined in kernels/cuda"
+            );
+        }
+    }
+
+    #[test]
+    fn the_sources_need_no_header() {
+        assert!(!kernel_source().contains("#include"));
+    }
+
+    #[test]
+    fn targets_are_real_architectures() {
+        assert_eq!(nvrtc_target(Arch::SM90), "sm_90");
+        assert_eq!(nvrtc_target(Arch::from_compute_capability(10, 3)), "sm_103");
+    }
+}

@@ -1,0 +1,266 @@
+//! When a custom kernel refuses a call, which then runs on NCCL (or, in a
+//! loopback world, on the reference collective).
+//!
+//! Every input of the rule is the same on every rank of a world (collective,
+//! algorithm, world size, message size, the platform's capacities, the world's
+//! buffers and peer access), so all ranks decline together: a rank that ran the
+//! custom kernel while a peer fell back would wait for it forever. Tensor pointers
+//! are deliberately not an input: the kernels handle any element alignment.
+
+use std::fmt;
+
+use super::PACK_BYTES;
+use super::layout::{BufferPlan, Capacities};
+use crate::vocab::{Algo, Collective};
+
+/// Why a custom algorithm declined a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decline {
+    /// The algorithm does not implement this collective (two-shot all-gather).
+    NotImplemented,
+    /// More bytes than the platform's capacity for the algorithm.
+    OverCapacity,
+    /// Not a multiple of the alignment (16 bytes; for all-gather, per share).
+    Misaligned,
+    /// The world's GPUs cannot reach each other's memory.
+    NoPeerAccess,
+    /// Larger than the registered buffers (a capacity/plan inconsistency; never
+    /// expected, but checked, not assumed).
+    BufferTooSmall,
+}
+
+impl Decline {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Decline::NotImplemented => "the algorithm does not implement this collective",
+            Decline::OverCapacity => "the message is larger than the algorithm's capacity",
+            Decline::Misaligned => "the message is not a multiple of 16 bytes (per rank)",
+            Decline::NoPeerAccess => "the GPUs have no peer access to each other",
+            Decline::BufferTooSmall => "the message does not fit the registered buffers",
+        }
+    }
+}
+
+impl fmt::Display for Decline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// One call as the decline rule sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct CallShape {
+    pub collective: Collective,
+    pub algo: Algo,
+    pub world: usize,
+    /// Output bytes (all-gather: world x share), as in `policy::Query`.
+    pub bytes: u64,
+}
+
+impl CallShape {
+    /// Bytes each rank contributes: the message for all-reduce, one share for
+    /// all-gather.
+    pub fn bytes_per_rank(&self) -> u64 {
+        match self.collective {
+            Collective::AllReduce => self.bytes,
+            Collective::AllGather => self.bytes / self.world as u64,
+        }
+    }
+}
+
+/// `None` if `call.algo` (a custom algorithm) takes the call, else why not.
+/// NCCL never declines. Empty messages never reach this rule (nothing runs).
+pub fn decline(
+    call: &CallShape,
+    caps: &Capacities,
+    plan: &BufferPlan,
+    peer_access: bool,
+) -> Option<Decline> {
+    if !call.algo.is_custom() {
+        return None;
+    }
+    if !call.algo.implements(call.collective) {
+        return Some(Decline::NotImplemented);
+    }
+    if !peer_access {
+        return Some(Decline::NoPeerAccess);
+    }
+    let capacity = caps.of(call.collective, call.algo);
+    let world = call.world as u32;
+    if !capacity.accepts_message(call.collective, world, call.bytes) {
+        return Some(if call.bytes > capacity.max_bytes {
+            Decline::OverCapacity
+        } else {
+            Decline::Misaligned
+        });
+    }
+    // Whatever a table says, the kernels move whole 16-byte packs per rank.
+    let per_rank = call.bytes_per_rank();
+    if call.collective == Collective::AllGather && !call.bytes.is_multiple_of(call.world as u64)
+        || per_rank == 0
+        || !per_rank.is_multiple_of(PACK_BYTES)
+    {
+        return Some(Decline::Misaligned);
+    }
+    let room = match call.algo {
+        Algo::OneShotPush => plan.slot_bytes,
+        _ => plan.staging_half_bytes,
+    };
+    if per_rank > room {
+        return Some(Decline::BufferTooSmall);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::Capacity;
+
+    const MIB: u64 = 1 << 20;
+
+    fn defaults() -> Capacities {
+        Capacities::from_fn(|collective, algo| {
+            let max_bytes = match (collective, algo) {
+                (_, Algo::OneShotPush) => 8 * MIB,
+                (_, Algo::OneShotPull) => 16 * MIB,
+                (Collective::AllReduce, Algo::TwoShotPull) => 64 * MIB,
+                _ => 0,
+            };
+            Capacity {
+                max_bytes,
+                align: 16,
+            }
+        })
+    }
+
+    fn check(collective: Collective, algo: Algo, world: usize, bytes: u64) -> Option<Decline> {
+        let caps = defaults();
+        let plan = BufferPlan::new(&caps, world, false).unwrap();
+        let call = CallShape {
+            collective,
+            algo,
+            world,
+            bytes,
+        };
+        decline(&call, &caps, &plan, true)
+    }
+
+    use Algo::*;
+    use Collective::*;
+
+    #[test]
+    fn nccl_takes_everything() {
+        assert_eq!(check(AllReduce, Nccl, 2, 3), None);
+        assert_eq!(check(AllGather, Nccl, 8, u64::MAX / 2), None);
+    }
+
+    #[test]
+    fn sizes_within_capacity_are_taken() {
+        assert_eq!(check(AllReduce, OneShotPush, 8, 16), None);
+        assert_eq!(check(AllReduce, OneShotPush, 8, 8 * MIB), None);
+        assert_eq!(check(AllReduce, OneShotPull, 2, 16 * MIB), None);
+        assert_eq!(check(AllReduce, TwoShotPull, 8, 64 * MIB), None);
+        assert_eq!(check(AllReduce, TwoShotPull, 3, 16 * 37), None);
+        assert_eq!(check(AllGather, OneShotPush, 8, 8 * 16), None);
+        assert_eq!(check(AllGather, OneShotPull, 4, 16 * MIB), None);
+    }
+
+    #[test]
+    fn over_capacity_is_declined() {
+        assert_eq!(
+            check(AllReduce, OneShotPush, 8, 8 * MIB + 16),
+            Some(Decline::OverCapacity)
+        );
+        assert_eq!(
+            check(AllReduce, TwoShotPull, 2, 128 * MIB),
+            Some(Decline::OverCapacity)
+        );
+        assert_eq!(
+            check(AllGather, OneShotPush, 2, 16 * MIB),
+            Some(Decline::OverCapacity)
+        );
+    }
+
+    #[test]
+    fn misaligned_sizes_are_declined() {
+        assert_eq!(
+            check(AllReduce, OneShotPush, 2, 24),
+            Some(Decline::Misaligned)
+        );
+        assert_eq!(
+            check(AllReduce, OneShotPull, 2, 2),
+            Some(Decline::Misaligned)
+        );
+        // 64 bytes over 8 ranks: 8-byte shares.
+        assert_eq!(
+            check(AllGather, OneShotPull, 8, 64),
+            Some(Decline::Misaligned)
+        );
+        // Not divisible by the world at all.
+        assert_eq!(
+            check(AllGather, OneShotPush, 3, 16 * 4),
+            Some(Decline::Misaligned)
+        );
+    }
+
+    #[test]
+    fn two_shot_all_gather_is_not_implemented() {
+        assert_eq!(
+            check(AllGather, TwoShotPull, 2, 64),
+            Some(Decline::NotImplemented)
+        );
+    }
+
+    #[test]
+    fn no_peer_access_declines_every_custom_algorithm() {
+        let caps = defaults();
+        let plan = BufferPlan::new(&caps, 2, false).unwrap();
+        for algo in [OneShotPush, OneShotPull, TwoShotPull] {
+            let call = CallShape {
+                collective: AllReduce,
+                algo,
+                world: 2,
+                bytes: 64,
+            };
+            assert_eq!(
+                decline(&call, &caps, &plan, false),
+                Some(Decline::NoPeerAccess)
+            );
+        }
+    }
+
+    #[test]
+    fn a_table_alignment_below_16_still_needs_whole_packs() {
+        let mut caps = defaults();
+        caps.all_reduce_pull.align = 8;
+        let plan = BufferPlan::new(&caps, 2, false).unwrap();
+        let call = CallShape {
+            collective: AllReduce,
+            algo: OneShotPull,
+            world: 2,
+            bytes: 24,
+        };
+        assert_eq!(
+            decline(&call, &caps, &plan, true),
+            Some(Decline::Misaligned)
+        );
+    }
+
+    #[test]
+    fn buffers_smaller_than_the_capacity_decline() {
+        let caps = defaults();
+        let mut plan = BufferPlan::new(&caps, 2, false).unwrap();
+        plan.slot_bytes = 32;
+        let call = CallShape {
+            collective: AllReduce,
+            algo: OneShotPush,
+            world: 2,
+            bytes: 48,
+        };
+        assert_eq!(
+            decline(&call, &caps, &plan, true),
+            Some(Decline::BufferTooSmall)
+        );
+    }
+}

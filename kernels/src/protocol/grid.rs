@@ -1,0 +1,135 @@
+//! Launch shapes. Spinning kernels need every block of every rank resident at
+//! once (a block waiting for a peer block that cannot be scheduled never
+//! finishes), so block counts are bounded by what the GPUs can hold.
+
+use super::{MAX_BLOCKS, MAX_THREADS, MAX_WORLD};
+
+/// Threads per block and the most blocks one kernel of one rank may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchShape {
+    pub threads: u32,
+    pub max_blocks: u32,
+}
+
+/// Default blocks per rank on a dedicated GPU: enough to saturate NVLink with
+/// 512-thread blocks (vLLM uses 36), small enough to keep barriers cheap.
+pub const DEFAULT_DEVICE_BLOCKS: u32 = 32;
+/// Default threads per block.
+pub const DEFAULT_THREADS: u32 = 512;
+
+impl LaunchShape {
+    /// Checks a requested shape against the kernels' limits and, for a loopback
+    /// world (all ranks on one GPU), against co-residency: `world` x `max_blocks`
+    /// blocks must fit on `sm_count` SMs, one block per SM at least.
+    pub fn validate(self, world: usize, sm_count: u32, loopback: bool) -> Result<Self, String> {
+        if self.threads < 32 || self.threads > MAX_THREADS || !self.threads.is_multiple_of(32) {
+            return Err(format!(
+                "threads per block must be a multiple of 32 in 32..={MAX_THREADS}, not {}",
+                self.threads
+            ));
+        }
+        if (self.threads as usize) < MAX_WORLD {
+            return Err("a block needs at least one thread per rank".into());
+        }
+        if self.max_blocks == 0 || self.max_blocks > MAX_BLOCKS {
+            return Err(format!(
+                "blocks per rank must be in 1..={MAX_BLOCKS}, not {}",
+                self.max_blocks
+            ));
+        }
+        let resident = if loopback {
+            world as u64 * self.max_blocks as u64
+        } else {
+            self.max_blocks as u64
+        };
+        if resident > sm_count as u64 {
+            return Err(format!(
+                "{} blocks per rank x {} rank(s) on one GPU exceed its {sm_count} SMs: spinning \
+                 blocks must all be resident at once (choose blocks <= {})",
+                self.max_blocks,
+                if loopback { world } else { 1 },
+                if loopback {
+                    sm_count as usize / world
+                } else {
+                    sm_count as usize
+                }
+            ));
+        }
+        Ok(self)
+    }
+
+    /// The default shape: on a loopback world the GPU's SMs are split between
+    /// the ranks; on real devices each rank has a GPU of its own.
+    pub fn default_for(world: usize, sm_count: u32, loopback: bool) -> LaunchShape {
+        let per_rank = if loopback {
+            sm_count / world.max(1) as u32
+        } else {
+            sm_count
+        };
+        LaunchShape {
+            threads: DEFAULT_THREADS,
+            max_blocks: per_rank.clamp(1, DEFAULT_DEVICE_BLOCKS),
+        }
+    }
+
+    /// Blocks for a kernel whose threads each take one of `units` work items.
+    pub fn blocks_for(self, units: u64) -> u32 {
+        units
+            .div_ceil(self.threads as u64)
+            .clamp(1, self.max_blocks as u64) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn h200_loopback_defaults_are_co_resident() {
+        for world in [1, 2, 4, 8] {
+            let shape = LaunchShape::default_for(world, 132, true);
+            assert!(
+                shape.validate(world, 132, true).is_ok(),
+                "world {world}: {shape:?}"
+            );
+            assert!(world as u32 * shape.max_blocks <= 132);
+        }
+        assert_eq!(LaunchShape::default_for(8, 132, true).max_blocks, 16);
+        assert_eq!(LaunchShape::default_for(2, 132, true).max_blocks, 32);
+    }
+
+    #[test]
+    fn too_many_loopback_blocks_are_refused() {
+        let shape = LaunchShape {
+            threads: 512,
+            max_blocks: 17,
+        };
+        let err = shape.validate(8, 132, true).unwrap_err();
+        assert!(err.contains("resident"), "{err}");
+        assert!(shape.validate(8, 132, false).is_ok());
+    }
+
+    #[test]
+    fn odd_thread_counts_are_refused() {
+        for threads in [0, 16, 100, 1024] {
+            let shape = LaunchShape {
+                threads,
+                max_blocks: 4,
+            };
+            assert!(shape.validate(2, 132, false).is_err(), "{threads}");
+        }
+    }
+
+    #[test]
+    fn small_messages_use_few_blocks() {
+        let shape = LaunchShape {
+            threads: 512,
+            max_blocks: 32,
+        };
+        assert_eq!(shape.blocks_for(0), 1);
+        assert_eq!(shape.blocks_for(1), 1);
+        assert_eq!(shape.blocks_for(512), 1);
+        assert_eq!(shape.blocks_for(513), 2);
+        assert_eq!(shape.blocks_for(1 << 30), 32);
+    }
+}

@@ -1,0 +1,195 @@
+//! Pure host-side logic of the protocols: constants shared with the CUDA code,
+//! buffer layout, counter arithmetic, decline rules, launch shapes and the
+//! decoding of device error words. Nothing here touches a GPU, so all of it is
+//! unit-tested on the CPU (including a small model checker of the protocols in
+//! `model`).
+//!
+//! The CUDA sources never hard-code these numbers: [`cuda_prelude`] turns them
+//! into `#define`s prepended to the sources before NVRTC compiles them.
+
+pub mod decline;
+pub mod fault;
+pub mod grid;
+pub mod layout;
+pub mod sequence;
+
+#[cfg(test)]
+mod model;
+
+use std::fmt::Write;
+
+/// Largest world the kernels serve (per-rank pointer tables are this long).
+pub const MAX_WORLD: usize = 8;
+/// Largest grid of one kernel (the barrier flag array has this many rows).
+pub const MAX_BLOCKS: u32 = 256;
+/// Largest block (`__launch_bounds__`), which caps registers at 128 per thread.
+pub const MAX_THREADS: u32 = 512;
+/// The custom kernels move 16-byte vectors.
+pub const PACK_BYTES: u64 = 16;
+/// The Lamport "not arrived yet" word: f32 -0.0.
+pub const SENTINEL: u32 = 0x8000_0000;
+/// Push buffers per rank: the current call, the next one (peers may be one call
+/// ahead) and the previous one (being re-armed).
+pub const PUSH_BUFFERS: u64 = 3;
+/// Staging halves per rank: alternate uses, so no end-of-call barrier is needed.
+pub const STAGING_HALVES: u64 = 2;
+
+/// The per-rank control block in device memory: 32-bit words.
+pub mod ctrl {
+    use super::{MAX_BLOCKS, MAX_WORLD};
+
+    /// 0 while healthy; the first device fault (see [`super::fault`]).
+    pub const ERROR: usize = 0;
+    /// Peer and block of the first fault.
+    pub const ERROR_INFO: usize = 1;
+    /// Push buffer of the next push call, in 0..3.
+    pub const PUSH_PHASE: usize = 2;
+    /// Blocks of the running push call that have finished.
+    pub const PUSH_DONE: usize = 3;
+    /// Last barrier value used by the pull family.
+    pub const PULL_SEQ: usize = 4;
+    /// Staging uses so far (its parity picks the half).
+    pub const PULL_USE: usize = 5;
+    /// Blocks of the running pull-family call that have finished.
+    pub const PULL_DONE: usize = 6;
+    /// Bytes per slot that the last call through each push buffer used (3 words).
+    pub const PUSH_USED: usize = 8;
+    /// Barrier flags: `FLAGS + block * MAX_WORLD + source_rank`, written by peers.
+    /// Starts on its own 128-byte line, away from the counters above.
+    pub const FLAGS: usize = 32;
+    /// Words in the block.
+    pub const WORDS: usize = FLAGS + MAX_BLOCKS as usize * MAX_WORLD;
+    /// Bytes in the block.
+    pub const BYTES: usize = WORDS * 4;
+}
+
+/// Which kernel reported a device fault (the CUDA code uses the same numbers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum KernelKind {
+    Push = 1,
+    Pull = 2,
+    TwoShot = 3,
+    Reference = 4,
+}
+
+/// Where in a kernel a wait timed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum WaitPhase {
+    /// Polling for Lamport data.
+    Data = 0,
+    Barrier1 = 1,
+    Barrier2 = 2,
+}
+
+/// Fault kind in the low byte of the error word.
+pub const FAULT_TIMEOUT: u32 = 1;
+
+/// The `#define`s the CUDA sources are compiled with.
+pub fn cuda_prelude() -> String {
+    let defines: [(&str, String); 21] = [
+        ("CT_MAX_WORLD", MAX_WORLD.to_string()),
+        ("CT_MAX_BLOCKS", MAX_BLOCKS.to_string()),
+        ("CT_MAX_THREADS", MAX_THREADS.to_string()),
+        ("CT_SENTINEL", format!("{SENTINEL:#010x}u")),
+        ("CT_CTRL_ERROR", ctrl::ERROR.to_string()),
+        ("CT_CTRL_ERROR_INFO", ctrl::ERROR_INFO.to_string()),
+        ("CT_CTRL_PUSH_PHASE", ctrl::PUSH_PHASE.to_string()),
+        ("CT_CTRL_PUSH_DONE", ctrl::PUSH_DONE.to_string()),
+        ("CT_CTRL_PULL_SEQ", ctrl::PULL_SEQ.to_string()),
+        ("CT_CTRL_PULL_USE", ctrl::PULL_USE.to_string()),
+        ("CT_CTRL_PULL_DONE", ctrl::PULL_DONE.to_string()),
+        ("CT_CTRL_PUSH_USED", ctrl::PUSH_USED.to_string()),
+        ("CT_CTRL_FLAGS", ctrl::FLAGS.to_string()),
+        ("CT_ERR_TIMEOUT", format!("{FAULT_TIMEOUT}u")),
+        ("CT_KERNEL_PUSH", format!("{}u", KernelKind::Push as u32)),
+        ("CT_KERNEL_PULL", format!("{}u", KernelKind::Pull as u32)),
+        (
+            "CT_KERNEL_TWO_SHOT",
+            format!("{}u", KernelKind::TwoShot as u32),
+        ),
+        (
+            "CT_KERNEL_REFERENCE",
+            format!("{}u", KernelKind::Reference as u32),
+        ),
+        ("CT_PHASE_DATA", format!("{}u", WaitPhase::Data as u32)),
+        (
+            "CT_PHASE_BARRIER_1",
+            format!("{}u", WaitPhase::Barrier1 as u32),
+        ),
+        (
+            "CT_PHASE_BARRIER_2",
+            format!("{}u", WaitPhase::Barrier2 as u32),
+        ),
+    ];
+    let mut out = String::from("// Generated from kernels::protocol; do not edit.\n");
+    for (name, value) in defines {
+        let _ = writeln!(out, "#define {name} {value}");
+    }
+    out
+}
+
+/// Replaces every 32-bit word equal to [`SENTINEL`] by 0, as the push kernels do
+/// on the way out (the one documented bit change). Host references use this to
+/// predict the push algorithms' results. A trailing partial word is left alone.
+pub fn replace_sentinel_words(bytes: &mut [u8]) {
+    for word in bytes.chunks_exact_mut(4) {
+        if u32::from_le_bytes([word[0], word[1], word[2], word[3]]) == SENTINEL {
+            word.copy_from_slice(&0u32.to_le_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_block_fits_its_flags() {
+        assert!(ctrl::PUSH_USED + PUSH_BUFFERS as usize <= ctrl::FLAGS);
+        assert_eq!(
+            ctrl::FLAGS % 32,
+            0,
+            "flags start on their own 128-byte line"
+        );
+        assert_eq!(ctrl::BYTES, (32 + 256 * 8) * 4);
+    }
+
+    #[test]
+    fn prelude_defines_every_constant_once() {
+        let prelude = cuda_prelude();
+        assert!(prelude.contains("#define CT_SENTINEL 0x80000000u"));
+        assert!(prelude.contains("#define CT_CTRL_FLAGS 32"));
+        let names: Vec<&str> = prelude
+            .lines()
+            .filter_map(|l| l.strip_prefix("#define "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(names.len(), unique.len());
+    }
+
+    #[test]
+    fn sentinel_words_become_zero() {
+        // f32 -0.0 becomes +0.0; other words, including NaN and -1.0, stay.
+        let words: [u32; 4] = [SENTINEL, 0x7fc0_0000, 0xbf80_0000, 0x8000_0001];
+        let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        replace_sentinel_words(&mut bytes);
+        let back: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(back, vec![0, 0x7fc0_0000, 0xbf80_0000, 0x8000_0001]);
+
+        // 16-bit pairs: (+0.0, -0.0) is the sentinel; (-0.0, +0.0) is not.
+        let mut halves: Vec<u8> = [0x0000u16, 0x8000, 0x8000, 0x0000]
+            .iter()
+            .flat_map(|h| h.to_le_bytes())
+            .collect();
+        replace_sentinel_words(&mut halves);
+        assert_eq!(halves, [0, 0, 0, 0, 0x00, 0x80, 0, 0]);
+    }
+}

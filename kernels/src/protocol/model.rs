@@ -1,0 +1,301 @@
+//! An exhaustive model check of the protocols' buffer reuse rules.
+//!
+//! Each rank runs a straight-line program of atomic steps mirroring its kernels
+//! (one block, one word per slot or shard: the rules do not depend on sizes). The
+//! checker explores every interleaving of the ranks' steps and fails on
+//! - a read that sees data of another call or use than the one it expects
+//!   (a buffer reused too early, or not re-armed), or
+//! - a state where no rank can move but some have not finished (a wait that
+//!   can never be satisfied, e.g. data erased by a re-arm).
+//!
+//! The programs use the counter arithmetic of [`super::sequence`], and negative
+//! tests show the checker catches a protocol with too few buffers.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::sequence::{flag_reached, next_push_phase, rearm_phase, staging_half};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Cell {
+    /// Push slot `slot` of buffer `buffer` in rank `owner`'s push region.
+    Slot {
+        owner: usize,
+        buffer: u32,
+        slot: usize,
+    },
+    /// Shard `shard` of staging half `half` of rank `owner`.
+    Stage {
+        owner: usize,
+        half: u32,
+        shard: usize,
+    },
+    /// Barrier flag in rank `owner`'s control block written by `source`.
+    Flag { owner: usize, source: usize },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Value {
+    Armed,
+    /// Data of a call (push) or use (staging); `reduced` marks two-shot sums.
+    Data {
+        id: u32,
+        reduced: bool,
+    },
+    Counter(u32),
+    Empty,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Write(Cell, Value),
+    /// Lamport poll: blocks while the cell is armed, then must hold `expect`.
+    Consume(Cell, Value),
+    /// Blocks until the flag reaches the target.
+    WaitFlag(Cell, u32),
+    /// A plain read after a barrier: must hold `expect`.
+    Expect(Cell, Value),
+}
+
+type Program = Vec<Step>;
+
+fn push_program(rank: usize, world: usize, calls: u32, buffers: u32) -> Program {
+    let next = |p: u32| {
+        if buffers == 3 {
+            next_push_phase(p)
+        } else {
+            (p + 1) % buffers
+        }
+    };
+    let rearm = |p: u32| {
+        if buffers == 3 {
+            rearm_phase(p)
+        } else {
+            (p + buffers - 1) % buffers
+        }
+    };
+    let mut steps = Vec::new();
+    let mut phase = 0;
+    for call in 0..calls {
+        let data = Value::Data {
+            id: call,
+            reduced: false,
+        };
+        for owner in 0..world {
+            let slot = Cell::Slot {
+                owner,
+                buffer: phase,
+                slot: rank,
+            };
+            steps.push(Step::Write(slot, data));
+        }
+        for slot in 0..world {
+            let cell = Cell::Slot {
+                owner: rank,
+                buffer: phase,
+                slot,
+            };
+            steps.push(Step::Consume(cell, data));
+        }
+        for slot in 0..world {
+            let cell = Cell::Slot {
+                owner: rank,
+                buffer: rearm(phase),
+                slot,
+            };
+            steps.push(Step::Write(cell, Value::Armed));
+        }
+        phase = next(phase);
+    }
+    steps
+}
+
+#[derive(Clone, Copy, Debug)]
+enum PullCall {
+    OneShot,
+    TwoShot,
+}
+
+/// The pull family: `calls` share one barrier counter and one use counter per
+/// rank, as the kernels share CT_CTRL_PULL_SEQ / CT_CTRL_PULL_USE.
+fn pull_program(rank: usize, world: usize, calls: &[PullCall], halves: u32) -> Program {
+    let half_of = |u: u32| {
+        if halves == 2 {
+            staging_half(u)
+        } else {
+            u % halves
+        }
+    };
+    let mut steps = Vec::new();
+    let mut seq = 0u32;
+    let barrier = |steps: &mut Program, value: u32| {
+        for owner in 0..world {
+            let flag = Cell::Flag {
+                owner,
+                source: rank,
+            };
+            steps.push(Step::Write(flag, Value::Counter(value)));
+        }
+        for source in 0..world {
+            let flag = Cell::Flag {
+                owner: rank,
+                source,
+            };
+            steps.push(Step::WaitFlag(flag, value));
+        }
+    };
+    for (use_count, call) in calls.iter().enumerate() {
+        let id = use_count as u32;
+        let half = half_of(id);
+        let input = Value::Data { id, reduced: false };
+        let sum = Value::Data { id, reduced: true };
+        let stage = |owner, shard| Cell::Stage { owner, half, shard };
+        match call {
+            PullCall::OneShot => {
+                steps.push(Step::Write(stage(rank, 0), input));
+                seq += 1;
+                barrier(&mut steps, seq);
+                for peer in 0..world {
+                    steps.push(Step::Expect(stage(peer, 0), input));
+                }
+            }
+            PullCall::TwoShot => {
+                for shard in 0..world {
+                    steps.push(Step::Write(stage(rank, shard), input));
+                }
+                barrier(&mut steps, seq + 1);
+                for peer in 0..world {
+                    steps.push(Step::Expect(stage(peer, rank), input));
+                }
+                steps.push(Step::Write(stage(rank, rank), sum));
+                barrier(&mut steps, seq + 2);
+                for shard in 0..world {
+                    steps.push(Step::Expect(stage(shard, shard), sum));
+                }
+                seq += 2;
+            }
+        }
+    }
+    steps
+}
+
+fn initial(cell: &Cell) -> Value {
+    match cell {
+        Cell::Slot { .. } => Value::Armed,
+        Cell::Stage { .. } => Value::Empty,
+        Cell::Flag { .. } => Value::Counter(0),
+    }
+}
+
+/// Explores every interleaving; `Err` describes the first violation found.
+fn check(programs: &[Program]) -> Result<usize, String> {
+    let mut index: HashMap<Cell, usize> = HashMap::new();
+    let mut cells: Vec<Cell> = Vec::new();
+    for step in programs.iter().flatten() {
+        let (Step::Write(c, _) | Step::Consume(c, _) | Step::WaitFlag(c, _) | Step::Expect(c, _)) =
+            step;
+        index.entry(*c).or_insert_with(|| {
+            cells.push(*c);
+            cells.len() - 1
+        });
+    }
+    let start: (Vec<usize>, Vec<Value>) =
+        (vec![0; programs.len()], cells.iter().map(initial).collect());
+    let mut seen = HashSet::new();
+    let mut queue = VecDeque::new();
+    seen.insert(start.clone());
+    queue.push_back(start);
+    while let Some((pcs, memory)) = queue.pop_front() {
+        let mut moved = false;
+        for (rank, program) in programs.iter().enumerate() {
+            let Some(step) = program.get(pcs[rank]) else {
+                continue;
+            };
+            let mut memory = memory.clone();
+            match *step {
+                Step::Write(cell, value) => memory[index[&cell]] = value,
+                Step::Consume(cell, expect) => {
+                    let got = memory[index[&cell]];
+                    if got == Value::Armed {
+                        continue;
+                    }
+                    if got != expect {
+                        return Err(format!(
+                            "rank {rank} consumed {got:?} from {cell:?}, expected {expect:?}"
+                        ));
+                    }
+                }
+                Step::WaitFlag(cell, target) => match memory[index[&cell]] {
+                    Value::Counter(v) if flag_reached(v, target) => {}
+                    _ => continue,
+                },
+                Step::Expect(cell, expect) => {
+                    let got = memory[index[&cell]];
+                    if got != expect {
+                        return Err(format!(
+                            "rank {rank} read {got:?} from {cell:?}, expected {expect:?}"
+                        ));
+                    }
+                }
+            }
+            moved = true;
+            let mut pcs = pcs.clone();
+            pcs[rank] += 1;
+            let next = (pcs, memory);
+            if seen.insert(next.clone()) {
+                queue.push_back(next);
+            }
+        }
+        if !moved && pcs.iter().zip(programs).any(|(pc, p)| *pc < p.len()) {
+            return Err(format!("deadlock with ranks at steps {pcs:?}"));
+        }
+    }
+    Ok(seen.len())
+}
+
+#[test]
+fn lamport_push_with_three_buffers_is_safe() {
+    for world in [1, 2, 3] {
+        let calls = if world == 3 { 4 } else { 6 };
+        let programs: Vec<Program> = (0..world)
+            .map(|r| push_program(r, world, calls, 3))
+            .collect();
+        let states = check(&programs).unwrap_or_else(|e| panic!("world {world}: {e}"));
+        assert!(states > calls as usize);
+    }
+}
+
+#[test]
+fn lamport_push_with_two_buffers_is_caught() {
+    let programs: Vec<Program> = (0..2).map(|r| push_program(r, 2, 4, 2)).collect();
+    assert!(check(&programs).is_err());
+}
+
+#[test]
+fn one_shot_pull_with_two_halves_is_safe() {
+    for world in [2, 3] {
+        let calls = [PullCall::OneShot; 4];
+        let programs: Vec<Program> = (0..world)
+            .map(|r| pull_program(r, world, &calls, 2))
+            .collect();
+        check(&programs).unwrap_or_else(|e| panic!("world {world}: {e}"));
+    }
+}
+
+#[test]
+fn one_shot_pull_with_one_half_is_caught() {
+    let calls = [PullCall::OneShot; 3];
+    let programs: Vec<Program> = (0..2).map(|r| pull_program(r, 2, &calls, 1)).collect();
+    let err = check(&programs).unwrap_err();
+    assert!(err.contains("expected"), "{err}");
+}
+
+#[test]
+fn two_shot_and_one_shot_share_counters_safely() {
+    use PullCall::*;
+    let calls = [TwoShot, OneShot, TwoShot, TwoShot, OneShot];
+    let programs: Vec<Program> = (0..2).map(|r| pull_program(r, 2, &calls, 2)).collect();
+    check(&programs).unwrap();
+    let calls = [TwoShot, TwoShot, OneShot];
+    let programs: Vec<Program> = (0..3).map(|r| pull_program(r, 3, &calls, 2)).collect();
+    check(&programs).unwrap();
+}

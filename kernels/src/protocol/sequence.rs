@@ -1,0 +1,143 @@
+//! Counter arithmetic of the protocols, as the kernels do it on the device. The
+//! host never runs these during a call (replays need no host work); they exist
+//! to state the rules once, to test them, and to drive the model checker.
+
+use super::PUSH_BUFFERS;
+
+/// Push buffer used by the call after one that used `phase`.
+pub const fn next_push_phase(phase: u32) -> u32 {
+    (phase + 1) % PUSH_BUFFERS as u32
+}
+
+/// Push buffer a call in `phase` re-arms: the previous call's, i.e. the one two
+/// ahead (mod 3), the only one no peer can be writing into.
+pub const fn rearm_phase(phase: u32) -> u32 {
+    (phase + 2) % PUSH_BUFFERS as u32
+}
+
+/// Staging half of the `use_count`-th use. Counters wrap at 2^32, an even
+/// number, so halves keep alternating across the wrap.
+pub const fn staging_half(use_count: u32) -> u32 {
+    use_count & 1
+}
+
+/// Whether a barrier flag holding `flag` satisfies a wait for `target`. Counters
+/// only increase and wrap at 2^32, so compare by signed distance.
+pub const fn flag_reached(flag: u32, target: u32) -> bool {
+    (flag.wrapping_sub(target) as i32) >= 0
+}
+
+/// Chunks a pull-family kernel moves `units` in, `chunk_units` at a time.
+pub const fn chunks(units: u64, chunk_units: u64) -> u64 {
+    units.div_ceil(chunk_units)
+}
+
+/// Packs per shard of the two-shot algorithm (the last shards may be short or
+/// empty, which the kernel skips).
+pub const fn shard_packs(packs: u64, world: u64) -> u64 {
+    packs.div_ceil(world)
+}
+
+/// The packs of shard `s`: `start..end`.
+pub const fn shard_range(packs: u64, world: u64, s: u64) -> (u64, u64) {
+    let len = shard_packs(packs, world);
+    let start = if s * len < packs { s * len } else { packs };
+    let end = if (s + 1) * len < packs {
+        (s + 1) * len
+    } else {
+        packs
+    };
+    (start, end)
+}
+
+/// The block that owns unit `j` of a chunk (or shard) in a grid of `blocks` x
+/// `threads`: the kernels' grid-stride loops give unit j to thread j mod stride.
+pub const fn owner_block(j: u64, blocks: u32, threads: u32) -> u32 {
+    ((j % (blocks as u64 * threads as u64)) / threads as u64) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_phases_cycle_through_three_buffers() {
+        let mut phase = 0;
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            seen.push(phase);
+            // The buffer re-armed is never the current one nor the next one.
+            assert_ne!(rearm_phase(phase), phase);
+            assert_ne!(rearm_phase(phase), next_push_phase(phase));
+            // It is the previous call's buffer.
+            assert_eq!(next_push_phase(rearm_phase(phase)), phase);
+            phase = next_push_phase(phase);
+        }
+        assert_eq!(seen, [0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn staging_halves_alternate_across_the_wrap() {
+        let mut u = u32::MAX - 3;
+        for _ in 0..8 {
+            assert_ne!(staging_half(u), staging_half(u.wrapping_add(1)));
+            u = u.wrapping_add(1);
+        }
+    }
+
+    #[test]
+    fn flags_compare_across_the_wrap() {
+        assert!(flag_reached(5, 5));
+        assert!(flag_reached(6, 5));
+        assert!(!flag_reached(4, 5));
+        assert!(!flag_reached(0, 1));
+        // A peer that already signalled the next barrier satisfies this one.
+        assert!(flag_reached(u32::MAX.wrapping_add(2), u32::MAX));
+        assert!(flag_reached(1, u32::MAX));
+        assert!(!flag_reached(u32::MAX, 1));
+    }
+
+    #[test]
+    fn chunks_cover_every_unit_once() {
+        for units in [1u64, 2, 15, 16, 17, 1000] {
+            for chunk in [1u64, 3, 16, 4096] {
+                let n = chunks(units, chunk);
+                let covered: u64 = (0..n).map(|c| (units - c * chunk).min(chunk)).sum();
+                assert_eq!(covered, units);
+                assert!(n * chunk >= units && (n - 1) * chunk < units);
+            }
+        }
+    }
+
+    #[test]
+    fn shards_partition_any_number_of_packs() {
+        for world in 1..=8u64 {
+            for packs in 1..=70u64 {
+                let mut next = 0;
+                for s in 0..world {
+                    let (start, end) = shard_range(packs, world, s);
+                    assert!(start <= end);
+                    assert_eq!(start, next.min(packs), "packs={packs} world={world} s={s}");
+                    next = end;
+                }
+                assert_eq!(next, packs);
+            }
+        }
+    }
+
+    #[test]
+    fn the_owner_of_a_unit_is_the_same_in_every_chunk_and_shard() {
+        // Units at the same index of different chunks/shards share their owner,
+        // which is what lets the pull kernels synchronise block by block.
+        let (blocks, threads) = (3u32, 4u32);
+        for j in 0..50u64 {
+            let b = owner_block(j, blocks, threads);
+            assert!(b < blocks);
+            assert_eq!(b, owner_block(j + 12 * 7, blocks, threads));
+        }
+        assert_eq!(owner_block(0, blocks, threads), 0);
+        assert_eq!(owner_block(4, blocks, threads), 1);
+        assert_eq!(owner_block(11, blocks, threads), 2);
+        assert_eq!(owner_block(12, blocks, threads), 0);
+    }
+}

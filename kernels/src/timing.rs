@@ -1,0 +1,457 @@
+//! Measuring and verifying collectives on the GPUs of a world, for the tuner and
+//! the bench, plus what the platform is.
+//!
+//! Timing is on the GPU with events, per rank, each rank driven by its own
+//! thread; a sample is the per-call time of the slowest rank. In graph mode,
+//! `calls_per_sample` forced calls are captured back to back in one graph per
+//! rank and each sample times one replay, so launch overhead is what a captured
+//! engine pays. In eager mode a sample times `calls_per_sample` launches.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, result as driver, sys};
+use half::{bf16, f16};
+
+use crate::comm::{Fallback, RankComm, Select, World, arch_of, sm_count};
+use crate::concurrent::for_each_rank;
+use crate::element::Element;
+use crate::error::{DriverContext, Error, Result};
+use crate::ffi;
+use crate::nccl::nccl_version;
+use crate::peer::{PairLink, pair_link};
+use crate::validation::{self, POISON_BYTE};
+use crate::vocab::{Algo, Arch, Collective, DType, Link, Mode};
+
+/// What to time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimingSpec {
+    pub collective: Collective,
+    pub dtype: DType,
+    /// Forced; a custom algorithm that would decline is an [`Error::Declined`].
+    pub algo: Algo,
+    /// Output bytes (all-gather: world size x each rank's input), as `policy::Query`.
+    pub bytes: u64,
+    pub mode: Mode,
+    pub calls_per_sample: u32,
+    pub samples: u32,
+    /// Untimed calls (eager) or replays (graph) before the samples.
+    pub warmup: u32,
+}
+
+/// Microseconds per call for each sample, each the maximum over ranks.
+pub fn measure(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
+    match spec.dtype {
+        DType::Bf16 => measure_typed::<bf16>(ranks, spec),
+        DType::F16 => measure_typed::<f16>(ranks, spec),
+        DType::F32 => measure_typed::<f32>(ranks, spec),
+    }
+}
+
+/// Runs one forced call on fresh random data (with NaN, ±inf, subnormals and
+/// signed zeros), outputs poisoned beforehand, and checks every rank's output
+/// against an f64 host reference and (except for multi-GPU NCCL, which does not
+/// promise it) that all ranks hold the same bits.
+pub fn verify(
+    ranks: &mut [RankComm],
+    collective: Collective,
+    dtype: DType,
+    algo: Algo,
+    bytes: u64,
+    seed: u64,
+) -> Result<()> {
+    match dtype {
+        DType::Bf16 => verify_typed::<bf16>(ranks, collective, algo, bytes, seed),
+        DType::F16 => verify_typed::<f16>(ranks, collective, algo, bytes, seed),
+        DType::F32 => verify_typed::<f32>(ranks, collective, algo, bytes, seed),
+    }
+}
+
+/// Element counts of one rank's input and output for a call of `bytes`.
+pub fn message_lengths(
+    collective: Collective,
+    dtype: DType,
+    world: usize,
+    bytes: u64,
+) -> Result<(usize, usize)> {
+    let element = dtype.size_bytes();
+    let unit = match collective {
+        Collective::AllReduce => element,
+        Collective::AllGather => element * world as u64,
+    };
+    if bytes == 0 || !bytes.is_multiple_of(unit) {
+        return Err(Error::Mismatch(format!(
+            "{bytes} bytes is not a whole number of {} elements{}",
+            dtype.name(),
+            if collective == Collective::AllGather {
+                format!(" per rank over {world} ranks")
+            } else {
+                String::new()
+            }
+        )));
+    }
+    let per_rank = bytes / (unit / element);
+    Ok(((per_rank / element) as usize, (bytes / element) as usize))
+}
+
+fn ensure_runs(
+    ranks: &[RankComm],
+    collective: Collective,
+    dtype: DType,
+    algo: Algo,
+    bytes: u64,
+) -> Result<()> {
+    let first = ranks
+        .first()
+        .ok_or_else(|| Error::Mismatch("no ranks to run on".into()))?;
+    if ranks.len() != first.world_size() {
+        return Err(Error::Mismatch(format!(
+            "{} ranks given of a world of {}: timing drives every rank",
+            ranks.len(),
+            first.world_size()
+        )));
+    }
+    match first.would_decline(collective, algo, bytes) {
+        None => Ok(()),
+        Some(reason) => Err(Error::Declined {
+            collective,
+            algo,
+            dtype,
+            bytes,
+            reason: reason.to_string(),
+        }),
+    }
+}
+
+/// One rank's tensors for a timed or verified call.
+struct Tensors<T> {
+    input: CudaSlice<T>,
+    output: CudaSlice<T>,
+}
+
+/// Allocates without cudarc's event tracking: these tensors are captured into
+/// graphs, where cudarc's cross-stream events must not be recorded or waited.
+fn alloc_untracked<T: Element>(stream: &Arc<CudaStream>, len: usize) -> Result<CudaSlice<T>> {
+    let ctx = stream.context();
+    let tracking = ctx.is_event_tracking();
+    // SAFETY: slices allocated meanwhile are only used on `stream` by this module,
+    // which orders their uses itself; tracking is restored right after.
+    unsafe { ctx.disable_event_tracking() };
+    let slice = stream.alloc_zeros::<T>(len);
+    if tracking {
+        // SAFETY: restores the caller's setting.
+        unsafe { ctx.enable_event_tracking() };
+    }
+    slice.during("allocating a tensor")
+}
+
+/// Overwrites `slice` with [`POISON_BYTE`] on `stream`.
+pub fn poison<T: Element>(stream: &Arc<CudaStream>, slice: &mut CudaSlice<T>) -> Result<()> {
+    let bytes = slice.num_bytes();
+    let (ptr, _writing) = slice.device_ptr_mut(stream);
+    // SAFETY: the range is the live allocation behind `slice`.
+    unsafe { driver::memset_d8_async(ptr, POISON_BYTE, bytes, stream.cu_stream()) }
+        .during("poisoning an output")
+}
+
+fn prepare<T: Element>(rank: &RankComm, inputs: &[T], out_len: usize) -> Result<Tensors<T>> {
+    let stream = rank.stream();
+    let mut input = alloc_untracked::<T>(stream, inputs.len())?;
+    stream
+        .memcpy_htod(inputs, &mut input)
+        .during("uploading an input")?;
+    let mut output = alloc_untracked::<T>(stream, out_len)?;
+    poison(stream, &mut output)?;
+    Ok(Tensors { input, output })
+}
+
+fn call_once<T: Element>(
+    rank: &mut RankComm,
+    collective: Collective,
+    t: &mut Tensors<T>,
+    how: Select,
+) -> Result<Algo> {
+    let input = t.input.as_view();
+    let mut output = t.output.as_view_mut();
+    match collective {
+        Collective::AllReduce => rank.all_reduce(&input, &mut output, how),
+        Collective::AllGather => rank.all_gather(&input, &mut output, how),
+    }
+}
+
+fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
+    if spec.samples == 0 || spec.calls_per_sample == 0 {
+        return Err(Error::Mismatch(
+            "samples and calls_per_sample must be at least 1".into(),
+        ));
+    }
+    ensure_runs(ranks, spec.collective, spec.dtype, spec.algo, spec.bytes)?;
+    let world = ranks.len();
+    let (in_len, out_len) = message_lengths(spec.collective, spec.dtype, world, spec.bytes)?;
+    let data = validation::random_inputs::<T>(world, in_len, spec.bytes ^ 0x5eed);
+    let tensors = ranks
+        .iter()
+        .zip(&data)
+        .map(|(rank, input)| prepare(rank, input, out_len))
+        .collect::<Result<Vec<_>>>()?;
+    let how = Select::Force(spec.algo);
+    let per_rank = for_each_rank(ranks, tensors, |rank, mut t, rendezvous| {
+        let stream = rank.stream().clone();
+        let ctx = stream.context().clone();
+        let start = ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .during("creating a timing event")?;
+        let end = ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .during("creating a timing event")?;
+        let calls = spec.calls_per_sample;
+        let mut samples = Vec::with_capacity(spec.samples as usize);
+        match spec.mode {
+            Mode::Eager => {
+                for _ in 0..spec.warmup {
+                    call_once(rank, spec.collective, &mut t, how)?;
+                }
+                rank.check()?;
+                for _ in 0..spec.samples {
+                    rendezvous.wait(rank.rank())?;
+                    start.record(&stream).during("recording a timing event")?;
+                    for _ in 0..calls {
+                        call_once(rank, spec.collective, &mut t, how)?;
+                    }
+                    end.record(&stream).during("recording a timing event")?;
+                    let ms = start.elapsed_ms(&end).during("reading a timing event")?;
+                    samples.push(ms as f64 * 1e3 / calls as f64);
+                }
+            }
+            Mode::Graph => {
+                let graph = rank.capture(|r| {
+                    for _ in 0..calls {
+                        call_once(r, spec.collective, &mut t, how)?;
+                    }
+                    Ok(())
+                })?;
+                graph.upload().during("uploading a graph")?;
+                for _ in 0..spec.warmup.max(1) {
+                    graph.launch().during("replaying a graph")?;
+                }
+                rank.check()?;
+                for _ in 0..spec.samples {
+                    rendezvous.wait(rank.rank())?;
+                    start.record(&stream).during("recording a timing event")?;
+                    graph.launch().during("replaying a graph")?;
+                    end.record(&stream).during("recording a timing event")?;
+                    let ms = start.elapsed_ms(&end).during("reading a timing event")?;
+                    samples.push(ms as f64 * 1e3 / calls as f64);
+                }
+            }
+        }
+        rank.check()?;
+        Ok(samples)
+    })?;
+    Ok((0..spec.samples as usize)
+        .map(|s| per_rank.iter().map(|r| r[s]).fold(f64::MIN, f64::max))
+        .collect())
+}
+
+fn verify_typed<T: Element>(
+    ranks: &mut [RankComm],
+    collective: Collective,
+    algo: Algo,
+    bytes: u64,
+    seed: u64,
+) -> Result<()> {
+    ensure_runs(ranks, collective, T::DTYPE, algo, bytes)?;
+    let world = ranks.len();
+    let (in_len, out_len) = message_lengths(collective, T::DTYPE, world, bytes)?;
+    let inputs = validation::random_inputs::<T>(world, in_len, seed);
+    let tensors = ranks
+        .iter()
+        .zip(&inputs)
+        .map(|(rank, input)| prepare(rank, input, out_len))
+        .collect::<Result<Vec<_>>>()?;
+    let fallback = ranks[0].fallback_kind();
+    let results = for_each_rank(ranks, tensors, |rank, mut t, _| {
+        let ran = call_once(rank, collective, &mut t, Select::Force(algo))?;
+        rank.check()?;
+        let output = rank
+            .stream()
+            .clone_dtoh(&t.output)
+            .during("downloading an output")?;
+        Ok((ran, output))
+    })?;
+    let describe = |rank: usize, ran: Algo, problem: String| {
+        Error::Verification(format!(
+            "rank {rank}: {} {} of {bytes} bytes of {} over {world} ranks: {problem}",
+            ran.name(),
+            collective.name(),
+            T::DTYPE.name()
+        ))
+    };
+    let ran = results[0].0;
+    let check = |rank: usize| {
+        let output = &results[rank].1;
+        let pushed = ran == Algo::OneShotPush;
+        match collective {
+            Collective::AllReduce => validation::check_all_reduce(&inputs, output, pushed),
+            Collective::AllGather => validation::check_all_gather(&inputs, output, pushed),
+        }
+        .map_err(|problem| describe(rank, ran, problem))
+    };
+    if results.iter().any(|(r, _)| *r != ran) {
+        return Err(describe(0, ran, "ranks ran different algorithms".into()));
+    }
+    // Multi-GPU NCCL does not promise identical bits on every rank: check each.
+    // Everything else must be bitwise identical, so checking rank 0 suffices.
+    if ran == Algo::Nccl && fallback == Fallback::Nccl && world > 1 {
+        (0..world).try_for_each(check)?;
+    } else {
+        let outputs: Vec<&[T]> = results.iter().map(|(_, out)| out.as_slice()).collect();
+        validation::check_identical(&outputs).map_err(|problem| describe(0, ran, problem))?;
+        check(0)?;
+    }
+    Ok(())
+}
+
+/// What the GPU and its software stack are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlatformInfo {
+    pub gpu_name: String,
+    pub arch: Arch,
+    pub sm_count: u32,
+    /// The kernel driver, e.g. "580.95.05" (from /proc/driver/nvidia/version).
+    pub driver_version: String,
+    /// The CUDA version the driver supports, e.g. "13.0".
+    pub cuda_version: String,
+    pub nvrtc_version: Option<String>,
+    pub nccl_version: Option<String>,
+}
+
+pub fn platform_info(ctx: &Arc<CudaContext>) -> Result<PlatformInfo> {
+    ffi::require_driver()?;
+    let cuda = ffi::driver_cuda_version()?;
+    Ok(PlatformInfo {
+        gpu_name: ctx.name().during("querying the GPU name")?,
+        arch: arch_of(ctx)?,
+        sm_count: sm_count(ctx)?,
+        driver_version: kernel_driver_version().unwrap_or_else(|| "unknown".into()),
+        cuda_version: format!("{}.{}", cuda / 1000, (cuda % 1000) / 10),
+        nvrtc_version: nvrtc_version(),
+        nccl_version: nccl_version(),
+    })
+}
+
+fn kernel_driver_version() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    text.split_whitespace()
+        .find(|word| {
+            word.split('.').count() >= 2
+                && word
+                    .split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(str::to_owned)
+}
+
+fn nvrtc_version() -> Option<String> {
+    ffi::require_nvrtc().ok()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: writes two ints.
+    let result = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    (result == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then(|| format!("{major}.{minor}"))
+}
+
+/// One GPU and how it reaches the others.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub arch: Arch,
+    pub sm_count: u32,
+    pub memory_bytes: usize,
+    /// `(peer ordinal, link)` for every other GPU.
+    pub links: Vec<(usize, PairLink)>,
+}
+
+impl DeviceInfo {
+    /// The link to `peer` as the policy sees it.
+    pub fn link_to(&self, peer: usize) -> Option<Link> {
+        self.links
+            .iter()
+            .find(|(p, _)| *p == peer)
+            .map(|(_, l)| l.link())
+    }
+}
+
+/// Every visible GPU and the pairwise links between them.
+pub fn discover() -> Result<Vec<DeviceInfo>> {
+    ffi::require_driver()?;
+    let count = CudaContext::device_count().during("counting GPUs")? as usize;
+    let contexts = (0..count)
+        .map(|i| CudaContext::new(i).during("opening a GPU"))
+        .collect::<Result<Vec<_>>>()?;
+    let mut devices = Vec::with_capacity(count);
+    for (i, ctx) in contexts.iter().enumerate() {
+        let mut links = Vec::new();
+        for (j, other) in contexts.iter().enumerate() {
+            if i != j {
+                links.push((j, pair_link(ctx.cu_device(), other.cu_device())?));
+            }
+        }
+        devices.push(DeviceInfo {
+            ordinal: i,
+            name: ctx.name().during("querying the GPU name")?,
+            arch: arch_of(ctx)?,
+            sm_count: sm_count(ctx)?,
+            memory_bytes: ctx.total_mem().during("querying GPU memory")?,
+            links,
+        });
+    }
+    Ok(devices)
+}
+
+/// Builds a world from a description: `Some(n)` ranks on GPU 0 (loopback), or
+/// one rank on each of `devices`.
+pub fn build_world(
+    loopback_ranks: Option<usize>,
+    devices: &[usize],
+    options: crate::Options,
+) -> Result<Vec<RankComm>> {
+    ffi::require_driver()?;
+    match loopback_ranks {
+        Some(n) => {
+            let ctx =
+                CudaContext::new(devices.first().copied().unwrap_or(0)).during("opening a GPU")?;
+            World::loopback(ctx, n, options)
+        }
+        None => {
+            let streams = devices
+                .iter()
+                .map(|&d| {
+                    CudaContext::new(d)
+                        .and_then(|ctx| ctx.new_stream())
+                        .during("opening a GPU stream")
+                })
+                .collect::<Result<Vec<_>>>()?;
+            World::devices(streams, options)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_lengths_follow_the_output_size_convention() {
+        assert_eq!(
+            message_lengths(Collective::AllReduce, DType::Bf16, 4, 64).unwrap(),
+            (32, 32)
+        );
+        assert_eq!(
+            message_lengths(Collective::AllGather, DType::Bf16, 4, 64).unwrap(),
+            (8, 32)
+        );
+        assert!(message_lengths(Collective::AllGather, DType::F32, 4, 24).is_err());
+        assert!(message_lengths(Collective::AllReduce, DType::F32, 2, 6).is_err());
+        assert!(message_lengths(Collective::AllReduce, DType::F32, 2, 0).is_err());
+    }
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs what scripts/gpu-build.sh put in .carry/bin/ on a GPU machine: every test
+# executable with the GPU tests included, then the benchmark. Logs go to $OUT
+# (or ./gpu-logs). Exits non-zero if anything failed.
+#
+#   scripts/gpu-run.sh                  # everything (a few minutes on one H200)
+#   scripts/gpu-run.sh timeout          # only tests whose name contains "timeout"
+#   BENCH_ARGS="--world 4" scripts/gpu-run.sh
+#   SKIP_BENCH=1 scripts/gpu-run.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bin=.carry/bin
+out="${OUT:-./gpu-logs}"
+mkdir -p "$out"
+filter="${1:-}"
+
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# Never NVLink multicast (NVLS) in this project.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# The NVRTC compile test must not skip here.
+export KERNELS_REQUIRE_NVRTC=1
+export RUST_BACKTRACE=1
+
+if [ ! -d "$bin/tests" ]; then
+  echo "no $bin/tests: run scripts/gpu-build.sh on the build machine and carry .carry/bin" >&2
+  exit 2
+fi
+
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } \
+  > "$out/nvidia-smi.txt" 2>&1 || true
+cat "$out/nvidia-smi.txt"
+
+status=0
+summary=""
+# Fast CPU and compile checks first, then the GPU suites.
+for name in kernels_unit nvrtc_compile gpu_loopback gpu_devices; do
+  exe="$bin/tests/$name"
+  [ -x "$exe" ] || continue
+  echo "=== $name"
+  start=$(date +%s)
+  # A per-executable bound, so one hang cannot eat the whole run.
+  timeout --signal=KILL 420 "$exe" --include-ignored --test-threads=1 --nocapture ${filter:+"$filter"} \
+    > "$out/$name.log" 2>&1
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  grep -E '^(test |FAIL|   |== |SKIPPED)|test result|panicked' "$out/$name.log" | tail -n 60
+  [ $rc -eq 0 ] || status=1
+  summary="$summary\n$name: exit $rc in ${took}s"
+done
+
+if [ -z "${SKIP_BENCH:-}" ] && [ -z "$filter" ]; then
+  echo "=== collective-bench"
+  start=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout --signal=KILL 240 "$bin/collective-bench" \
+    ${BENCH_ARGS:---loopback --world 8 --collective both --dtype bf16 --sizes 16B..64MiB --step 16 --modes graph,eager --samples 10} \
+    --csv "$out/bench.csv" --json "$out/bench.json" > "$out/bench.log" 2>&1
+  rc=$?
+  cat "$out/bench.log"
+  [ $rc -eq 0 ] || status=1
+  summary="$summary\ncollective-bench: exit $rc in $(( $(date +%s) - start ))s"
+fi
+
+echo -e "=== summary$summary"
+echo "logs in $out"
+exit $status
