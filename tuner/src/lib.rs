@@ -8,6 +8,7 @@
 
 pub mod backend;
 mod clock;
+pub mod commands;
 pub mod evidence;
 pub mod explain;
 pub mod fit;
@@ -16,6 +17,9 @@ pub mod grid;
 mod json_layout;
 pub mod measure;
 pub mod named;
+pub mod observe;
+pub mod plot;
+mod progress;
 pub mod show;
 pub mod stats;
 pub mod sweep;

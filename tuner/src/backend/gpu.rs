@@ -1,0 +1,341 @@
+//! The GPU backend: worlds of real devices (or a loopback world on GPU 0)
+//! through `kernels`, timed with CUDA events, verified against a host reference.
+//!
+//! - The link is what the driver's peer attributes say (`kernels::peer`:
+//!   NVLink when every pair has native peer atomics, else PCIe); only world
+//!   sizes whose GPUs share the machine's link are offered, so one file never
+//!   mixes links.
+//! - One world is alive at a time (its registered buffers are large); the sweep
+//!   orders keys by world size so each is built once.
+//! - Verification does not depend on graph or eager mode, so each (collective,
+//!   world size, dtype, algorithm, size) is checked once and remembered.
+//! - In a loopback world NCCL cannot run (it refuses two ranks on one GPU):
+//!   `kernels` runs its reference collective instead, and the backend is named
+//!   `gpu-loopback` in the evidence so nobody mistakes those timings for NCCL's.
+
+use std::collections::HashMap;
+
+use kernels::timing::{self, DeviceInfo, TimingSpec};
+use kernels::{Options, RankComm};
+use tuned_schema::{Algo, CapacityEntry, Collective, DType, Link, TableKey};
+
+use super::{Backend, BackendError, PlatformDesc, Repetitions, Verified};
+use crate::evidence::key_name;
+use crate::stats;
+
+/// The most ranks the kernels serve in one world.
+const MAX_WORLD: usize = kernels::protocol::MAX_WORLD;
+
+/// Why no GPU backend could be opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpenError {
+    /// No driver or no device: the caller says "no CUDA GPU found (…)".
+    NoGpu(String),
+    /// There are GPUs, but something else is wrong (a library, the topology).
+    Other(String),
+}
+
+enum Topology {
+    /// Every rank on GPU 0.
+    Loopback,
+    /// Rank r on GPU r.
+    Devices,
+}
+
+type CheckKey = (Collective, u32, DType, Algo, u64);
+
+pub struct GpuBackend {
+    topology: Topology,
+    platform: PlatformDesc,
+    world_sizes: Vec<u32>,
+    /// The world in use and its size.
+    world: Option<(u32, Vec<RankComm>)>,
+    /// Verification outcomes, shared by graph and eager mode.
+    checked: HashMap<CheckKey, Result<(), String>>,
+    verify_max_bytes: u64,
+}
+
+impl GpuBackend {
+    /// Finds the GPUs and their link; checks sizes up to `verify_max_bytes`
+    /// against the host reference (larger ones are timed unchecked).
+    pub fn open(loopback: bool, verify_max_bytes: u64) -> Result<GpuBackend, OpenError> {
+        kernels::ffi::require_driver()
+            .map_err(|_| OpenError::NoGpu("libcuda not loadable".to_string()))?;
+        let devices = timing::discover()
+            .map_err(|e| OpenError::NoGpu(format!("the driver lists no usable GPU: {e}")))?;
+        let Some(first) = devices.first() else {
+            return Err(OpenError::NoGpu("the driver sees no GPU".to_string()));
+        };
+        let (topology, link, world_sizes) = if loopback {
+            (
+                Topology::Loopback,
+                Link::Loopback,
+                powers_of_two_up_to(MAX_WORLD),
+            )
+        } else {
+            if devices.len() < 2 {
+                return Err(OpenError::Other(format!(
+                    "only one GPU ({}) is visible and a world needs two; `--loopback` measures a loopback world on it (validates kernels, not link timing)",
+                    first.name
+                )));
+            }
+            if let Some(other) = devices.iter().find(|d| d.arch != first.arch) {
+                return Err(OpenError::Other(format!(
+                    "GPU {} is {} but GPU 0 is {}: a world needs one architecture (restrict CUDA_VISIBLE_DEVICES)",
+                    other.ordinal, other.arch, first.arch
+                )));
+            }
+            let count = devices.len().min(MAX_WORLD);
+            let link = link_among(&devices, count);
+            let sizes = world_sizes_up_to(count)
+                .into_iter()
+                .filter(|&w| link_among(&devices, w as usize) == link)
+                .collect();
+            (Topology::Devices, link, sizes)
+        };
+        let context = cudarc::driver::CudaContext::new(0)
+            .map_err(|e| OpenError::NoGpu(format!("cannot open GPU 0: {e}")))?;
+        let info = timing::platform_info(&context).map_err(|e| OpenError::Other(e.to_string()))?;
+        let platform = PlatformDesc {
+            arch: first.arch,
+            link,
+            gpu: first.name.clone(),
+            backend: if loopback { "gpu-loopback" } else { "gpu" }.to_string(),
+            driver: Some(info.driver_version),
+            cuda: Some(info.cuda_version),
+            nccl: info.nccl_version,
+            host: host_name(),
+            capacities: capacities(first.arch, link),
+        };
+        Ok(GpuBackend {
+            topology,
+            platform,
+            world_sizes,
+            world: None,
+            checked: HashMap::new(),
+            verify_max_bytes,
+        })
+    }
+
+    /// The ranks of a world of `world_size`, built on first use. The previous
+    /// world is dropped first so two worlds' buffers never coexist.
+    fn ranks(&mut self, world_size: u32) -> Result<&mut [RankComm], BackendError> {
+        if self.world.as_ref().map(|(size, _)| *size) != Some(world_size) {
+            self.world = None;
+            let options = Options {
+                // The tuner asks for every algorithm at every size it takes;
+                // a decline is reported per point, not logged.
+                log_declines: false,
+                ..Options::default()
+            };
+            let size = world_size as usize;
+            let ranks = match self.topology {
+                Topology::Loopback => timing::build_world(Some(size), &[0], options),
+                Topology::Devices => {
+                    timing::build_world(None, &(0..size).collect::<Vec<_>>(), options)
+                }
+            }
+            .map_err(|e| BackendError(format!("building a world of {world_size}: {e}")))?;
+            self.world = Some((world_size, ranks));
+        }
+        Ok(self
+            .world
+            .as_mut()
+            .map(|(_, ranks)| ranks.as_mut_slice())
+            .expect("built above"))
+    }
+
+    /// After a timeout or a driver, NCCL or peer failure the world may be
+    /// wedged: drop it, so the next call builds a fresh one.
+    fn forget_world_after(&mut self, error: &kernels::Error) {
+        use kernels::Error as E;
+        if matches!(
+            error,
+            E::Timeout { .. } | E::Driver { .. } | E::Nccl { .. } | E::PeerFailed { .. }
+        ) {
+            self.world = None;
+        }
+    }
+}
+
+impl Backend for GpuBackend {
+    fn platform(&self) -> PlatformDesc {
+        self.platform.clone()
+    }
+
+    fn world_sizes(&self) -> Vec<u32> {
+        self.world_sizes.clone()
+    }
+
+    fn verify(&mut self, key: TableKey, algo: Algo, bytes: u64) -> Result<Verified, BackendError> {
+        if bytes > self.verify_max_bytes {
+            return Ok(Verified::Skipped);
+        }
+        let id = (key.collective, key.world_size, key.dtype, algo, bytes);
+        if let Some(outcome) = self.checked.get(&id) {
+            return outcome
+                .clone()
+                .map(|()| Verified::Yes)
+                .map_err(BackendError);
+        }
+        let seed = stats::seed_for(&format!(
+            "verify/{}/{bytes}/{}",
+            key_name(&key),
+            algo.name()
+        ));
+        let ranks = self.ranks(key.world_size)?;
+        let result = timing::verify(ranks, key.collective, key.dtype, algo, bytes, seed);
+        if let Err(e) = &result {
+            self.forget_world_after(e);
+        }
+        let outcome = result.map_err(|e| e.to_string());
+        self.checked.insert(id, outcome.clone());
+        outcome.map(|()| Verified::Yes).map_err(BackendError)
+    }
+
+    fn measure(
+        &mut self,
+        key: TableKey,
+        algo: Algo,
+        bytes: u64,
+        reps: Repetitions,
+    ) -> Result<Vec<f64>, BackendError> {
+        let spec = TimingSpec {
+            collective: key.collective,
+            dtype: key.dtype,
+            algo,
+            bytes,
+            mode: key.mode,
+            calls_per_sample: calls_per_sample(bytes),
+            samples: reps.samples,
+            warmup: reps.warmup,
+        };
+        let ranks = self.ranks(key.world_size)?;
+        let result = timing::measure(ranks, &spec);
+        if let Err(e) = &result {
+            self.forget_world_after(e);
+        }
+        result.map_err(|e| BackendError(e.to_string()))
+    }
+
+    fn estimated_point_seconds(
+        &self,
+        key: TableKey,
+        algo: Algo,
+        bytes: u64,
+        reps: Repetitions,
+    ) -> f64 {
+        let _ = algo;
+        let w = f64::from(key.world_size);
+        let call_us = rough_call_us(bytes);
+        let calls =
+            f64::from(calls_per_sample(bytes)) * f64::from(reps.samples + reps.warmup.max(1));
+        // Inputs are generated and uploaded for every timing call; a point is
+        // verified once for both modes (so half of it is charged here), with a
+        // host reference over every rank's data.
+        let setup = 0.004 + bytes as f64 * w * 2e-9;
+        let verify = if bytes <= self.verify_max_bytes {
+            (0.003 + bytes as f64 * w * 4e-9) / 2.0
+        } else {
+            0.0
+        };
+        setup + verify + calls * call_us * 1e-6
+    }
+}
+
+/// A pessimistic per-call latency, for choosing how many calls a sample
+/// holds and for the time estimate: 10 µs plus 20 GB/s.
+fn rough_call_us(bytes: u64) -> f64 {
+    10.0 + bytes as f64 / 20_000.0
+}
+
+/// Back-to-back calls per sample (one graph replay in graph mode): enough for
+/// about 200 µs per sample, so event resolution (~0.5 µs) and launch jitter
+/// vanish in the average, and at least one.
+fn calls_per_sample(bytes: u64) -> u32 {
+    (200.0 / rough_call_us(bytes)).round().clamp(1.0, 32.0) as u32
+}
+
+/// NVLink when every pair among GPUs `0..count` has it, else PCIe.
+fn link_among(devices: &[DeviceInfo], count: usize) -> Link {
+    let all_nvlink = devices[..count].iter().all(|d| {
+        (0..count)
+            .filter(|&p| p != d.ordinal)
+            .all(|p| d.link_to(p) == Some(Link::NvLink))
+    });
+    if all_nvlink { Link::NvLink } else { Link::Pcie }
+}
+
+/// 2, 4, 8, … up to `limit`.
+fn powers_of_two_up_to(limit: usize) -> Vec<u32> {
+    (1..)
+        .map(|k| 1u32 << k)
+        .take_while(|&w| w as usize <= limit)
+        .collect()
+}
+
+/// The powers of two up to `count`, and `count` itself (a 6-GPU machine runs
+/// worlds of 2, 4 and 6).
+fn world_sizes_up_to(count: usize) -> Vec<u32> {
+    let mut sizes = powers_of_two_up_to(count);
+    if count >= 2 && !sizes.contains(&(count as u32)) {
+        sizes.push(count as u32);
+    }
+    sizes
+}
+
+/// What `policy` (and so `kernels`) gives each custom algorithm here.
+fn capacities(arch: tuned_schema::Arch, link: Link) -> Vec<CapacityEntry> {
+    let mut entries = Vec::new();
+    for collective in Collective::ALL {
+        for &algo in collective.algos() {
+            if algo.is_custom() {
+                entries.push(CapacityEntry {
+                    collective,
+                    algo,
+                    capacity: policy::capacity(arch, link, collective, algo),
+                });
+            }
+        }
+    }
+    entries
+}
+
+fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn world_sizes_cover_powers_of_two_and_the_machine() {
+        assert_eq!(world_sizes_up_to(8), vec![2, 4, 8]);
+        assert_eq!(world_sizes_up_to(6), vec![2, 4, 6]);
+        assert_eq!(world_sizes_up_to(1), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn samples_hold_about_200_microseconds() {
+        assert_eq!(calls_per_sample(16), 20);
+        assert_eq!(calls_per_sample(256 << 20), 1);
+        assert!(calls_per_sample(1 << 20) < calls_per_sample(4096));
+    }
+
+    #[test]
+    fn without_a_driver_opening_says_no_gpu() {
+        // On machines without libcuda (CI, laptops) this is the path taken.
+        if kernels::ffi::require_driver().is_ok() {
+            return;
+        }
+        match GpuBackend::open(false, 1 << 26) {
+            Err(OpenError::NoGpu(reason)) => assert_eq!(reason, "libcuda not loadable"),
+            Err(other) => panic!("expected NoGpu, got {other:?}"),
+            Ok(_) => panic!("opened a GPU backend without a driver"),
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Where timings come from. The sweep, `verify` and the tests see only the
+//! [`Backend`] trait; `gpu` implements it on real devices through `kernels`,
+//! `synthetic` with a seeded latency model for machines without a GPU.
+
+use tuned_schema::{Algo, Arch, CapacityEntry, Collective, Link, TableKey};
+
+use crate::grid;
+
+#[cfg(feature = "gpu")]
+pub mod gpu;
+pub mod synthetic;
+
+/// What a backend measures on, for the evidence's provenance and the TOML's
+/// `[platform]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlatformDesc {
+    pub arch: Arch,
+    pub link: Link,
+    /// Marketing name as the driver reports it, e.g. "NVIDIA H200".
+    pub gpu: String,
+    /// `gpu` or `synthetic`.
+    pub backend: String,
+    pub driver: Option<String>,
+    pub cuda: Option<String>,
+    pub nccl: Option<String>,
+    pub host: Option<String>,
+    /// What each custom algorithm takes here; NCCL takes everything and is not
+    /// listed.
+    pub capacities: Vec<CapacityEntry>,
+}
+
+/// How much to time one point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Repetitions {
+    /// Timed samples returned.
+    pub samples: u32,
+    /// Untimed calls (or graph replays) before the first sample.
+    pub warmup: u32,
+}
+
+/// The outcome of a verification that found nothing wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verified {
+    /// Every rank's output matched the reference.
+    Yes,
+    /// Not checked: the size is above the backend's verification limit.
+    Skipped,
+}
+
+/// A backend could not do what was asked (a wrong result, a CUDA error, a
+/// timeout). The message is for people.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendError(pub String);
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+pub trait Backend {
+    fn platform(&self) -> PlatformDesc;
+
+    /// World sizes this backend can form, ascending.
+    fn world_sizes(&self) -> Vec<u32>;
+
+    /// Algorithms that can run a `collective` of `bytes` over `world_size`
+    /// ranks: NCCL, and every custom algorithm whose capacity and alignment
+    /// accept the size.
+    fn candidates(&self, collective: Collective, world_size: u32, bytes: u64) -> Vec<Algo> {
+        grid::candidates(&self.platform().capacities, collective, world_size, bytes)
+    }
+
+    /// Runs `algo` once on seeded data and compares every rank's output with a
+    /// reference. `Err` says what differed (or why the kernel declined the
+    /// size); `Skipped` when the backend does not check sizes this large.
+    fn verify(&mut self, key: TableKey, algo: Algo, bytes: u64) -> Result<Verified, BackendError>;
+
+    /// Per-call times in µs (the maximum over ranks), one per sample.
+    fn measure(
+        &mut self,
+        key: TableKey,
+        algo: Algo,
+        bytes: u64,
+        reps: Repetitions,
+    ) -> Result<Vec<f64>, BackendError>;
+
+    /// Roughly how many seconds of wall time verifying and measuring one point
+    /// takes, for the estimate printed before a sweep starts.
+    fn estimated_point_seconds(
+        &self,
+        key: TableKey,
+        algo: Algo,
+        bytes: u64,
+        reps: Repetitions,
+    ) -> f64;
+}

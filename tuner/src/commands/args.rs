@@ -1,0 +1,181 @@
+//! Arguments several commands share, and parsers for the vocabulary, sizes and
+//! percentages on the command line.
+
+use tuned_schema::{Arch, Collective, DType, Link, Mode};
+
+use super::Error;
+use crate::backend::Backend;
+use crate::backend::synthetic::{SyntheticBackend, SyntheticConfig};
+use crate::fit::FitSettings;
+
+/// Where measurements come from.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BackendArgs {
+    /// Run every rank on GPU 0 (a loopback world): validates kernels and
+    /// protocols, not NVLink timing; the file is for link "loopback"
+    #[arg(long)]
+    pub loopback: bool,
+    /// Measure the seeded synthetic latency model instead of GPUs (demos and
+    /// tests; needs no GPU)
+    #[arg(long, conflicts_with = "loopback")]
+    pub synthetic: bool,
+    /// Noise of the synthetic model, as a coefficient of variation in percent
+    #[arg(long, default_value_t = 3.0, value_name = "PCT")]
+    pub noise_pct: f64,
+    /// Seed of the synthetic model
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Check results against the host reference up to this size; larger
+    /// messages are timed unchecked (the check costs seconds per size there)
+    #[arg(long, default_value = "64MiB", value_parser = bytes, value_name = "SIZE")]
+    pub verify_max_bytes: u64,
+}
+
+impl BackendArgs {
+    pub fn open(&self) -> Result<Box<dyn Backend>, Error> {
+        if self.synthetic {
+            if !(0.0..=100.0).contains(&self.noise_pct) {
+                return Err(Error::Input(format!(
+                    "--noise-pct {} is not a percentage",
+                    self.noise_pct
+                )));
+            }
+            let config = SyntheticConfig::planted(self.noise_pct / 100.0, self.seed);
+            return Ok(Box::new(SyntheticBackend::new(config)));
+        }
+        open_gpu(self.loopback, self.verify_max_bytes)
+    }
+}
+
+#[cfg(feature = "gpu")]
+fn open_gpu(loopback: bool, verify_max_bytes: u64) -> Result<Box<dyn Backend>, Error> {
+    crate::backend::gpu::GpuBackend::open(loopback, verify_max_bytes)
+        .map(|b| Box::new(b) as Box<dyn Backend>)
+        .map_err(|e| match e {
+            crate::backend::gpu::OpenError::NoGpu(reason) => Error::NoGpu(reason),
+            crate::backend::gpu::OpenError::Other(message) => Error::Failed(message),
+        })
+}
+
+#[cfg(not(feature = "gpu"))]
+fn open_gpu(_loopback: bool, _verify_max_bytes: u64) -> Result<Box<dyn Backend>, Error> {
+    Err(Error::NoGpu(
+        "this tuner was built without the `gpu` feature".to_string(),
+    ))
+}
+
+/// The band rules' knobs.
+#[derive(clap::Args, Clone, Debug)]
+pub struct FitArgs {
+    /// A challenger must be faster than the neighbouring band's algorithm by
+    /// more than this many percent to start a band
+    #[arg(long, default_value_t = 4.0, value_name = "PCT")]
+    pub margin_pct: f64,
+    /// Significance level of the one-sided Mann-Whitney test behind every
+    /// crossover
+    #[arg(long, default_value_t = 0.01)]
+    pub alpha: f64,
+    /// Ignore points with fewer samples than this
+    #[arg(long, default_value_t = 5)]
+    pub min_samples: usize,
+}
+
+impl FitArgs {
+    pub fn settings(&self) -> Result<FitSettings, Error> {
+        if !(0.0..100.0).contains(&self.margin_pct) {
+            return Err(Error::Input(format!(
+                "--margin-pct {} must be in [0, 100)",
+                self.margin_pct
+            )));
+        }
+        if !(self.alpha > 0.0 && self.alpha < 1.0) {
+            return Err(Error::Input(format!(
+                "--alpha {} must be in (0, 1)",
+                self.alpha
+            )));
+        }
+        Ok(FitSettings {
+            margin: self.margin_pct / 100.0,
+            alpha: self.alpha,
+            min_samples: self.min_samples,
+        })
+    }
+}
+
+/// Which keys to measure. Empty lists mean "all".
+#[derive(clap::Args, Clone, Debug)]
+pub struct KeyArgs {
+    /// Collectives, e.g. all_reduce,all_gather (default: both)
+    #[arg(long, value_delimiter = ',', value_parser = collective)]
+    pub collectives: Vec<Collective>,
+    /// World sizes, e.g. 2,4,8 (default: every size this machine can form)
+    #[arg(long, value_delimiter = ',')]
+    pub world_sizes: Vec<u32>,
+    /// Element types, e.g. bf16,f16,f32 (default: all three)
+    #[arg(long, value_delimiter = ',', value_parser = dtype)]
+    pub dtypes: Vec<DType>,
+    /// graph and/or eager (default: both)
+    #[arg(long, value_delimiter = ',', value_parser = mode)]
+    pub modes: Vec<Mode>,
+    /// Smallest message, e.g. 16 or 4KiB
+    #[arg(long, default_value = "16", value_parser = bytes)]
+    pub min_bytes: u64,
+    /// Largest message, e.g. 256MiB
+    #[arg(long, default_value = "256MiB", value_parser = bytes)]
+    pub max_bytes: u64,
+}
+
+fn names<T: Copy>(all: &[T], name: fn(T) -> &'static str) -> String {
+    all.iter().map(|&x| name(x)).collect::<Vec<_>>().join(", ")
+}
+
+pub fn collective(text: &str) -> Result<Collective, String> {
+    Collective::from_name(text).ok_or_else(|| {
+        format!(
+            "expected one of {}",
+            names(&Collective::ALL, Collective::name)
+        )
+    })
+}
+
+pub fn dtype(text: &str) -> Result<DType, String> {
+    DType::from_name(text)
+        .ok_or_else(|| format!("expected one of {}", names(&DType::ALL, DType::name)))
+}
+
+pub fn mode(text: &str) -> Result<Mode, String> {
+    Mode::from_name(text)
+        .ok_or_else(|| format!("expected one of {}", names(&Mode::ALL, Mode::name)))
+}
+
+pub fn link(text: &str) -> Result<Link, String> {
+    Link::from_name(text)
+        .ok_or_else(|| format!("expected one of {}", names(&Link::ALL, Link::name)))
+}
+
+pub fn arch(text: &str) -> Result<Arch, String> {
+    Arch::from_name(text).ok_or_else(|| "expected sm<major><minor>, e.g. sm90 or sm103".to_string())
+}
+
+/// A size such as `448KiB`, `2MiB` or `4096`.
+pub fn bytes(text: &str) -> Result<u64, String> {
+    tuned_schema::size::parse_size(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsers_name_the_choices() {
+        assert_eq!(collective("all_gather"), Ok(Collective::AllGather));
+        assert_eq!(
+            collective("ring").unwrap_err(),
+            "expected one of all_reduce, all_gather"
+        );
+        assert_eq!(bytes("448KiB"), Ok(448 * 1024));
+        assert!(bytes("4KB").unwrap_err().contains("KiB"));
+        assert_eq!(arch("sm90"), Ok(Arch::SM90));
+        assert_eq!(link("loopback"), Ok(Link::Loopback));
+    }
+}

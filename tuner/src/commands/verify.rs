@@ -1,0 +1,86 @@
+//! `tuner verify`: re-measure held-out sizes and report the regret of a tuned
+//! file's choices.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::args::{BackendArgs, KeyArgs};
+use super::{Error, Exit, diagnostics};
+use crate::backend::Repetitions;
+use crate::measure::Effort;
+use crate::progress::{Progress, install_ctrl_c};
+use crate::verify::{VerifySettings, verify as run_verify};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct VerifyArgs {
+    /// The tuned file to judge, e.g. tuned/sm90-nvlink.toml
+    pub toml: PathBuf,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    /// Timed samples per point in the first round
+    #[arg(long, default_value_t = 25)]
+    pub samples: u32,
+    /// Untimed calls before the samples of each point
+    #[arg(long, default_value_t = 5)]
+    pub warmup: u32,
+    /// Fail when a key's median regret is above this many percent
+    #[arg(long, default_value_t = 1.0, value_name = "PCT")]
+    pub max_median_regret_pct: f64,
+    /// Fail when a key's worst regret is above this many percent
+    #[arg(long, default_value_t = 5.0, value_name = "PCT")]
+    pub max_worst_regret_pct: f64,
+    /// Significance level: a regret counts only where the best candidate is
+    /// significantly faster than the chosen one
+    #[arg(long, default_value_t = 0.01)]
+    pub alpha: f64,
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// No progress bar
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+pub fn verify(args: &VerifyArgs, out: &mut dyn Write) -> Result<Exit, Error> {
+    // The GPU first: without one nothing else matters, and the user is told so
+    // in one line.
+    let mut backend = args.backend.open()?;
+    let path = args.toml.display().to_string();
+    let text = std::fs::read_to_string(&args.toml)
+        .map_err(|e| Error::Input(format!("cannot read {path}: {e}")))?;
+    let doc = tuned_schema::parse::parse_document(&path, &text).map_err(|d| {
+        Error::Input(diagnostics(
+            &format!("{path} is not a valid tuned file:"),
+            &d,
+        ))
+    })?;
+    let defaults = VerifySettings::default();
+    let settings = VerifySettings {
+        world_sizes: args.keys.world_sizes.clone(),
+        collectives: args.keys.collectives.clone(),
+        dtypes: args.keys.dtypes.clone(),
+        modes: args.keys.modes.clone(),
+        min_bytes: args.keys.min_bytes,
+        max_bytes: args.keys.max_bytes,
+        effort: Effort {
+            reps: Repetitions {
+                samples: args.samples,
+                warmup: args.warmup,
+            },
+            alpha: args.alpha,
+            ..defaults.effort
+        },
+        max_median_regret: args.max_median_regret_pct / 100.0,
+        max_worst_regret: args.max_worst_regret_pct / 100.0,
+    };
+    let stop = install_ctrl_c();
+    let mut progress = Progress::new(stop, !args.no_progress);
+    let report = run_verify(&mut *backend, &doc, &settings, &mut progress).map_err(Error::Input)?;
+    progress.finish();
+    write!(out, "{}", report.render())?;
+    Ok(match (&report.status, report.pass()) {
+        (crate::observe::RunStatus::Interrupted, _) => Exit::Interrupted,
+        (crate::observe::RunStatus::Failed(e), _) => return Err(Error::Failed(e.clone())),
+        (_, true) => Exit::Ok,
+        (_, false) => Exit::RegretTooHigh,
+    })
+}

@@ -1,0 +1,432 @@
+//! The evidence file: every timing sample a sweep took, per key, size and
+//! algorithm, with the platform's provenance and the sweep's settings. `fit`
+//! derives bands from it alone, so a reviewer can re-fit every band of a
+//! `tuned/*.toml` without a GPU. The format is versioned and documented in
+//! `tuner/EVIDENCE.md`; this module is its one definition in code.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tuned_schema::{Algo, Arch, Capacity, CapacityEntry, Collective, DType, Link, Mode, TableKey};
+
+use crate::json_layout;
+use crate::named;
+
+/// The version this tuner reads and writes. Bump it on any change that an
+/// older reader would misread; EVIDENCE.md keeps the history.
+pub const EVIDENCE_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Evidence {
+    pub evidence_version: u32,
+    pub platform: PlatformRecord,
+    pub settings: SettingsRecord,
+    /// False when the sweep was interrupted (Ctrl-C) or stopped on an error:
+    /// the keys below are then what was measured before it stopped.
+    pub complete: bool,
+    pub keys: Vec<KeyEvidence>,
+}
+
+/// What was measured, and with which software, for the TOML's provenance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlatformRecord {
+    #[serde(with = "named")]
+    pub arch: Arch,
+    #[serde(with = "named")]
+    pub link: Link,
+    /// Marketing name as the driver reports it, e.g. "NVIDIA H200".
+    pub gpu: String,
+    /// `gpu` or `synthetic`: where the samples came from.
+    pub backend: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    pub tuner_version: String,
+    /// ISO date of the sweep (UTC), e.g. "2026-11-29".
+    pub date: String,
+    /// The capacities the custom kernels had during the sweep: `fit` never lets
+    /// a band of a custom algorithm reach past them.
+    pub capacities: Vec<CapacityRecord>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityRecord {
+    #[serde(with = "named")]
+    pub collective: Collective,
+    #[serde(with = "named")]
+    pub algo: Algo,
+    pub max_bytes: u64,
+    pub align: u64,
+}
+
+/// How the sweep was run; recorded so that a re-fit or a reviewer knows what the
+/// samples mean.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsRecord {
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    /// Timed samples per point in the first round (re-measures add more).
+    pub samples: u32,
+    /// Untimed calls before the first sample of every point.
+    pub warmup: u32,
+    /// A point is re-measured while its CI half-width exceeds this fraction of
+    /// its median…
+    pub remeasure_threshold: f64,
+    /// …at most this many extra rounds.
+    pub max_remeasure_rounds: u32,
+    /// Bisection stops when neighbouring probes are this close (a fraction).
+    pub bisect_resolution: f64,
+    /// Extra rounds a bisection probe may get while its two contenders are not
+    /// significantly apart.
+    pub max_probe_rounds: u32,
+    /// Seed of the synthetic backend; absent for GPU sweeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+/// All points of one table key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyEvidence {
+    #[serde(with = "named")]
+    pub collective: Collective,
+    pub world_size: u32,
+    #[serde(with = "named")]
+    pub dtype: DType,
+    #[serde(with = "named")]
+    pub mode: Mode,
+    /// Sorted by size, then algorithm.
+    pub points: Vec<PointEvidence>,
+}
+
+/// The samples of one algorithm at one size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PointEvidence {
+    /// Output bytes of the collective (for all-gather: all ranks' shares).
+    pub bytes: u64,
+    #[serde(with = "named")]
+    pub algo: Algo,
+    pub origin: Origin,
+    /// Whether the algorithm's result was checked against the reference
+    /// before timing (and matched). False with an `error`: it did not match or
+    /// the kernel declined the size; the point has no samples and is never
+    /// chosen. False without an `error`: not checked (the size is above the
+    /// sweep's verification limit), timed all the same.
+    pub verified: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Per-call time in µs, the maximum over ranks, one value per sample, in
+    /// the order measured.
+    pub samples_us: Vec<f64>,
+}
+
+/// Why a size was measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// On the sweep grid (powers of two and 1.5× points).
+    Grid,
+    /// A probe between two grid points where the fastest algorithm changed.
+    Bisect,
+}
+
+impl PointEvidence {
+    /// Has samples and did not fail verification: `fit` may choose it.
+    pub fn usable(&self) -> bool {
+        self.error.is_none() && !self.samples_us.is_empty()
+    }
+}
+
+impl KeyEvidence {
+    pub fn new(key: TableKey) -> KeyEvidence {
+        KeyEvidence {
+            collective: key.collective,
+            world_size: key.world_size,
+            dtype: key.dtype,
+            mode: key.mode,
+            points: Vec::new(),
+        }
+    }
+
+    pub fn key(&self) -> TableKey {
+        TableKey {
+            collective: self.collective,
+            world_size: self.world_size,
+            dtype: self.dtype,
+            mode: self.mode,
+        }
+    }
+
+    /// Measured sizes, ascending, each with its points.
+    pub fn by_size(&self) -> BTreeMap<u64, Vec<&PointEvidence>> {
+        let mut sizes: BTreeMap<u64, Vec<&PointEvidence>> = BTreeMap::new();
+        for point in &self.points {
+            sizes.entry(point.bytes).or_default().push(point);
+        }
+        sizes
+    }
+}
+
+impl PlatformRecord {
+    pub fn capacity_entries(&self) -> Vec<CapacityEntry> {
+        self.capacities
+            .iter()
+            .map(|c| CapacityEntry {
+                collective: c.collective,
+                algo: c.algo,
+                capacity: Capacity {
+                    max_bytes: c.max_bytes,
+                    align: c.align,
+                },
+            })
+            .collect()
+    }
+}
+
+impl CapacityRecord {
+    pub fn from_entry(entry: &CapacityEntry) -> CapacityRecord {
+        CapacityRecord {
+            collective: entry.collective,
+            algo: entry.algo,
+            max_bytes: entry.capacity.max_bytes,
+            align: entry.capacity.align,
+        }
+    }
+}
+
+/// Why an evidence file could not be used.
+#[derive(Debug)]
+pub struct EvidenceError {
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for EvidenceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+impl std::error::Error for EvidenceError {}
+
+impl Evidence {
+    /// The canonical text: pretty JSON with one point per line, so a review
+    /// diff shows which points changed. Deterministic for equal values.
+    pub fn to_json(&self) -> String {
+        json_layout::to_string(self, 5)
+    }
+
+    /// Parses evidence text; `path` only names the file in errors.
+    pub fn from_json(path: &str, text: &str) -> Result<Evidence, EvidenceError> {
+        let error = |message: String| EvidenceError {
+            path: path.to_string(),
+            message,
+        };
+        // Read the version on its own first, so a file from another version
+        // gets a clear message instead of a complaint about some field.
+        #[derive(Deserialize)]
+        struct VersionOnly {
+            evidence_version: Option<u32>,
+        }
+        let probe: VersionOnly =
+            serde_json::from_str(text).map_err(|e| error(format!("not an evidence file: {e}")))?;
+        match probe.evidence_version {
+            Some(EVIDENCE_VERSION) => {}
+            Some(other) => {
+                return Err(error(format!(
+                    "evidence_version {other} is not supported by this tuner (it reads version {EVIDENCE_VERSION})"
+                )));
+            }
+            None => return Err(error("missing `evidence_version`".to_string())),
+        }
+        let evidence: Evidence =
+            serde_json::from_str(text).map_err(|e| error(format!("invalid evidence: {e}")))?;
+        evidence.check().map_err(error)?;
+        Ok(evidence)
+    }
+
+    pub fn load(path: &Path) -> Result<Evidence, EvidenceError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| EvidenceError {
+            path: name.clone(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Evidence::from_json(&name, &text)
+    }
+
+    /// Facts serde cannot check: sane values, no duplicated keys or points.
+    fn check(&self) -> Result<(), String> {
+        let mut seen_keys = std::collections::BTreeSet::new();
+        for key in &self.keys {
+            let name = key_name(&key.key());
+            if key.world_size == 0 {
+                return Err(format!("{name}: world_size must be at least 1"));
+            }
+            if !seen_keys.insert(key.key()) {
+                return Err(format!("{name}: key appears twice"));
+            }
+            let mut seen_points = std::collections::BTreeSet::new();
+            for point in &key.points {
+                if !point.algo.implements(key.collective) {
+                    return Err(format!(
+                        "{name}: {} does not implement {}",
+                        point.algo.name(),
+                        key.collective.name()
+                    ));
+                }
+                if !seen_points.insert((point.bytes, point.algo)) {
+                    return Err(format!(
+                        "{name}: {} at {} bytes appears twice",
+                        point.algo.name(),
+                        point.bytes
+                    ));
+                }
+                if let Some(bad) = point
+                    .samples_us
+                    .iter()
+                    .find(|s| !(s.is_finite() && **s > 0.0))
+                {
+                    return Err(format!(
+                        "{name}: {} at {} bytes has a sample of {bad} µs",
+                        point.algo.name(),
+                        point.bytes
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `all_reduce ws8 bf16 graph`: how keys are named in messages and reports.
+pub fn key_name(key: &TableKey) -> String {
+    format!(
+        "{} ws{} {} {}",
+        key.collective.name(),
+        key.world_size,
+        key.dtype.name(),
+        key.mode.name()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample_evidence() -> Evidence {
+        Evidence {
+            evidence_version: EVIDENCE_VERSION,
+            platform: PlatformRecord {
+                arch: Arch::SM90,
+                link: Link::NvLink,
+                gpu: "NVIDIA H200".into(),
+                backend: "gpu".into(),
+                driver: Some("580.65".into()),
+                cuda: Some("13.0".into()),
+                nccl: Some("2.28.3".into()),
+                host: None,
+                tuner_version: "0.1.0".into(),
+                date: "2026-11-29".into(),
+                capacities: vec![CapacityRecord {
+                    collective: Collective::AllReduce,
+                    algo: Algo::OneShotPush,
+                    max_bytes: 8 << 20,
+                    align: 16,
+                }],
+            },
+            settings: SettingsRecord {
+                min_bytes: 16,
+                max_bytes: 1024,
+                samples: 3,
+                warmup: 2,
+                remeasure_threshold: 0.03,
+                max_remeasure_rounds: 2,
+                bisect_resolution: 0.02,
+                max_probe_rounds: 3,
+                seed: None,
+            },
+            complete: true,
+            keys: vec![KeyEvidence {
+                collective: Collective::AllReduce,
+                world_size: 8,
+                dtype: DType::Bf16,
+                mode: Mode::Graph,
+                points: vec![
+                    PointEvidence {
+                        bytes: 16,
+                        algo: Algo::Nccl,
+                        origin: Origin::Grid,
+                        verified: true,
+                        error: None,
+                        samples_us: vec![20.5, 21.0, 20.25],
+                    },
+                    PointEvidence {
+                        bytes: 16,
+                        algo: Algo::OneShotPush,
+                        origin: Origin::Grid,
+                        verified: false,
+                        error: Some("rank 3: element 0 is 1.0, expected 8.0".into()),
+                        samples_us: vec![],
+                    },
+                ],
+            }],
+        }
+    }
+
+    #[test]
+    fn json_round_trips_and_keeps_points_on_one_line() {
+        let evidence = sample_evidence();
+        let text = evidence.to_json();
+        assert_eq!(Evidence::from_json("e.json", &text).unwrap(), evidence);
+        assert!(
+            text.contains(
+                r#"{"bytes": 16, "algo": "nccl", "origin": "grid", "verified": true, "samples_us": [20.5, 21.0, 20.25]}"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\n  \"evidence_version\": 1,\n"), "{text}");
+    }
+
+    #[test]
+    fn other_versions_are_refused_clearly() {
+        let text = sample_evidence()
+            .to_json()
+            .replace("\"evidence_version\": 1", "\"evidence_version\": 7");
+        let err = Evidence::from_json("e.json", &text).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("evidence_version 7 is not supported"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_vocabulary_and_samples_are_refused() {
+        let text = sample_evidence().to_json();
+        let bad_algo = text.replacen("\"algo\": \"nccl\"", "\"algo\": \"ring\"", 1);
+        let err = Evidence::from_json("e.json", &bad_algo).unwrap_err();
+        assert!(err.message.contains("unknown algorithm `ring`"), "{err}");
+
+        let mut evidence = sample_evidence();
+        evidence.keys[0].points[0].samples_us[1] = -1.0;
+        let err = Evidence::from_json("e.json", &evidence.to_json()).unwrap_err();
+        assert!(err.message.contains("sample of -1"), "{err}");
+
+        let mut evidence = sample_evidence();
+        let dup = evidence.keys[0].points[0].clone();
+        evidence.keys[0].points.push(dup);
+        let err = Evidence::from_json("e.json", &evidence.to_json()).unwrap_err();
+        assert!(err.message.contains("appears twice"), "{err}");
+    }
+}

@@ -1,0 +1,234 @@
+//! `tuner explain`: which algorithm `policy::select` picks for one query, and
+//! why — which file answers the (arch, link), which table, which band — or which
+//! rule made it NCCL (no file, no table, a size the kernel would decline).
+
+use std::fmt::Write;
+
+use policy::PlatformInfo;
+use tuned_schema::{Algo, Query, interpret};
+
+use crate::evidence::key_name;
+use crate::format;
+use crate::show::bands_of;
+
+/// The explanation of `query` against the compiled tables.
+pub fn explain(query: Query) -> String {
+    explain_with(
+        query,
+        policy::PLATFORMS,
+        policy::table_arch(query.arch, query.link),
+        policy::select(query),
+    )
+}
+
+/// The explanation given the platform data, the file `policy` answers from and
+/// its selection (separate so the reasoning is testable on any data).
+pub fn explain_with(
+    query: Query,
+    platforms: &[PlatformInfo],
+    table_arch: Option<tuned_schema::Arch>,
+    selected: Algo,
+) -> String {
+    let mut out = String::new();
+    let key = tuned_schema::TableKey {
+        collective: query.collective,
+        world_size: query.world_size,
+        dtype: query.dtype,
+        mode: query.mode,
+    };
+    let _ = writeln!(
+        out,
+        "query: {} on {} {}, {} bytes ({})",
+        key_name(&key),
+        query.arch,
+        query.link.name(),
+        query.bytes,
+        format::size(query.bytes)
+    );
+    let platform = table_arch.and_then(|arch| {
+        platforms
+            .iter()
+            .find(|p| p.arch == arch && p.link == query.link)
+    });
+    let Some(platform) = platform else {
+        let _ = writeln!(
+            out,
+            "file: none for {} {} (nor for an earlier sm{}x minor on this link)",
+            query.arch,
+            query.link.name(),
+            query.arch.major
+        );
+        let _ = writeln!(out, "rule: a query with no table selects nccl");
+        let _ = writeln!(out, "selected: {}", selected.name());
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "file: {} ({} {}, {}, {})",
+        platform.file,
+        platform.arch,
+        platform.link.name(),
+        platform.gpu,
+        platform.source
+    );
+    if platform.arch != query.arch {
+        let _ = writeln!(
+            out,
+            "      {} has no file of its own; {} answers (same major, highest minor not above)",
+            query.arch, platform.arch
+        );
+    }
+    if let Some(citation) = platform.citation {
+        let _ = writeln!(out, "citation: {citation}");
+    }
+    let Some(table) = platform.table(query.collective, query.world_size, query.dtype, query.mode)
+    else {
+        let _ = writeln!(out, "table: none for {} in this file", key_name(&key));
+        let _ = writeln!(out, "rule: a query with no table selects nccl");
+        let _ = writeln!(out, "selected: {}", selected.name());
+        return out;
+    };
+    let _ = writeln!(out, "table: {}", key_name(&key));
+    if let Some(note) = table.note {
+        let _ = writeln!(out, "note: {note}");
+    }
+    let bands = bands_of(table);
+    let ranges = interpret::band_ranges(&bands);
+    if let Some(index) = ranges
+        .iter()
+        .position(|&(low, high, _)| low <= query.bytes && query.bytes <= high)
+    {
+        let (low, high, algo) = ranges[index];
+        let lower = if low == 0 {
+            "0".to_string()
+        } else {
+            format::exact_size(low - 1)
+        };
+        let upper = if high == u64::MAX {
+            "∞".to_string()
+        } else {
+            format::exact_size(high)
+        };
+        let _ = writeln!(
+            out,
+            "band {} of {}: {lower} < bytes ≤ {upper} → {}",
+            index + 1,
+            ranges.len(),
+            algo.name()
+        );
+        if algo.is_custom() {
+            explain_capacity(&mut out, platform, query, algo);
+        }
+    }
+    let _ = writeln!(out, "selected: {}", selected.name());
+    out
+}
+
+/// Whether the kernel takes the size; if not, it declines at run time and NCCL
+/// runs (the compiled tables never put a band past capacity, but alignment is
+/// checked per call).
+fn explain_capacity(out: &mut String, platform: &PlatformInfo, query: Query, algo: Algo) {
+    let capacity = platform
+        .capacities
+        .iter()
+        .find(|c| c.collective == query.collective && c.algo == algo)
+        .map_or_else(
+            || tuned_schema::default_capacity(query.collective, algo),
+            |c| c.capacity,
+        );
+    let fits = capacity.accepts_message(query.collective, query.world_size, query.bytes);
+    let _ = writeln!(
+        out,
+        "capacity: {} takes ≤ {}, multiples of {} B{}: {}",
+        algo.name(),
+        format::exact_size(capacity.max_bytes),
+        capacity.align,
+        if query.collective == tuned_schema::Collective::AllGather {
+            " per rank"
+        } else {
+            ""
+        },
+        if fits {
+            "this size fits".to_string()
+        } else {
+            "this size does not fit, so the kernel declines it at run time and nccl runs"
+                .to_string()
+        }
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tuned_schema::{Arch, Collective, DType, Link, Mode};
+
+    fn query(p: &PlatformInfo, t: &policy::TableInfo, bytes: u64) -> Query {
+        Query {
+            collective: t.collective,
+            arch: p.arch,
+            link: p.link,
+            world_size: t.world_size,
+            dtype: t.dtype,
+            mode: t.mode,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn every_band_edge_is_explained_as_policy_selects() {
+        for p in policy::PLATFORMS {
+            for t in p.tables {
+                for b in t.bands {
+                    let bytes = b.max.unwrap_or(1 << 40);
+                    let q = query(p, t, bytes);
+                    let text = explain(q);
+                    assert!(text.contains(p.file), "{text}");
+                    assert!(text.contains(&format!("→ {}", b.algo.name())), "{text}");
+                    assert!(
+                        text.ends_with(&format!("selected: {}\n", policy::select(q).name())),
+                        "{text}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn no_file_means_nccl() {
+        let q = Query {
+            collective: Collective::AllReduce,
+            arch: Arch::from_compute_capability(7, 5),
+            link: Link::Pcie,
+            world_size: 8,
+            dtype: DType::Bf16,
+            mode: Mode::Graph,
+            bytes: 4096,
+        };
+        let text = explain(q);
+        assert!(text.contains("file: none for sm75 pcie"), "{text}");
+        assert!(text.contains("rule: a query with no table selects nccl"));
+        assert!(text.ends_with("selected: nccl\n"));
+    }
+
+    #[test]
+    fn a_missing_table_means_nccl() {
+        let Some(p) = policy::PLATFORMS.first() else {
+            return;
+        };
+        let q = Query {
+            collective: Collective::AllReduce,
+            arch: p.arch,
+            link: p.link,
+            world_size: 7,
+            dtype: DType::Bf16,
+            mode: Mode::Graph,
+            bytes: 4096,
+        };
+        let text = explain(q);
+        assert!(
+            text.contains("table: none for all_reduce ws7 bf16 graph"),
+            "{text}"
+        );
+        assert!(text.ends_with("selected: nccl\n"));
+    }
+}

@@ -1,0 +1,707 @@
+//! `fit`: evidence → bands, without a GPU. Deterministic: the same evidence
+//! always gives the same bands.
+//!
+//! Per key, walking the measured sizes upwards:
+//!
+//! 1. **Opening.** At the first size (and wherever the current algorithm can no
+//!    longer run, e.g. past its capacity) the baseline is NCCL; another
+//!    algorithm opens the band only if it beats NCCL (rule 2), and then the
+//!    fastest such one does.
+//! 2. **Switching.** A challenger replaces the current algorithm at a size only
+//!    if it is faster by more than the noise margin (default 4 %), significantly
+//!    (one-sided Mann-Whitney on the margin-inflated samples, α = 0.01), and the
+//!    same holds at the next measured size where both ran. Anything less is a
+//!    tie, and ties keep the neighbouring (smaller-size) band's algorithm.
+//! 3. **Edges.** A confirmed switch is moved back over the preceding sizes
+//!    where the newcomer's median is already lower, so the edge sits at the
+//!    largest measured size where the lower band's algorithm still wins, not
+//!    where the margin was first exceeded. Edges are always measured sizes: no
+//!    interpolation (bisection during `sweep` puts sizes near each crossover).
+//! 4. **Monotone.** No algorithm may own two bands. While one does (A…B…A), the
+//!    conflict with the fewest sizes in between is resolved by whichever of
+//!    three repairs costs the least summed relative regret over the sizes it
+//!    reassigns: give the sizes in between to A; give the first A band to its
+//!    right neighbour; give the second A band to its left neighbour. A repair
+//!    may only hand sizes to an algorithm that ran there. The open end above
+//!    the largest size counts as a band of NCCL (rule 5), so NCCL at small
+//!    sizes and a custom kernel at the largest is a conflict too.
+//! 5. **Capacity.** Only algorithms that ran (and did not fail verification)
+//!    at a size can own it, and every size a custom algorithm ran at is
+//!    within its capacity, so a custom band never reaches past capacity. The
+//!    last band is open: if the largest size went to a custom algorithm, its
+//!    band ends there and NCCL takes everything above (unmeasured sizes fall
+//!    to the fallback).
+
+use std::collections::BTreeMap;
+
+use tuned_schema::{Algo, Band, CapacityEntry, TableKey};
+
+use crate::evidence::{Evidence, KeyEvidence, key_name};
+use crate::stats;
+
+/// The knobs of the band rules. The defaults are what the tuner writes notes for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FitSettings {
+    /// A challenger must be faster by more than this fraction (0.04 = 4 %).
+    pub margin: f64,
+    /// Significance level of the one-sided test.
+    pub alpha: f64,
+    /// Points with fewer samples than this are ignored.
+    pub min_samples: usize,
+}
+
+impl Default for FitSettings {
+    fn default() -> Self {
+        FitSettings {
+            margin: 0.04,
+            alpha: 0.01,
+            min_samples: 5,
+        }
+    }
+}
+
+/// The bands of one key and what they rest on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyFit {
+    pub key: TableKey,
+    pub bands: Vec<Band>,
+    /// Measured sizes the bands were derived from.
+    pub sizes: usize,
+    /// The fewest samples behind any point used.
+    pub min_samples: usize,
+    /// Per band edge: the medians on both sides, for reports.
+    pub edges: Vec<Edge>,
+}
+
+/// Where one band ends and the next begins, with the measurements there.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Edge {
+    /// The last size of the lower band (the band's `max`).
+    pub last_below: u64,
+    /// The first measured size of the upper band.
+    pub first_above: u64,
+    pub below: Algo,
+    pub above: Algo,
+    /// Medians (µs) of both algorithms at `last_below` and at `first_above`,
+    /// where measured.
+    pub at_last_below: (Option<f64>, Option<f64>),
+    pub at_first_above: (Option<f64>, Option<f64>),
+}
+
+/// All keys of an evidence file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FitResult {
+    pub keys: Vec<KeyFit>,
+    /// Keys without a single usable point, and why.
+    pub skipped: Vec<(TableKey, String)>,
+    pub settings: FitSettings,
+}
+
+pub fn fit(evidence: &Evidence, settings: &FitSettings) -> FitResult {
+    let capacities = evidence.platform.capacity_entries();
+    let mut keys = Vec::new();
+    let mut skipped = Vec::new();
+    let mut ordered: Vec<&KeyEvidence> = evidence.keys.iter().collect();
+    ordered.sort_by_key(|k| k.key());
+    for key in ordered {
+        match fit_key(key, &capacities, settings) {
+            Some(fit) => keys.push(fit),
+            None => skipped.push((
+                key.key(),
+                "no verified point with enough samples".to_string(),
+            )),
+        }
+    }
+    FitResult {
+        keys,
+        skipped,
+        settings: *settings,
+    }
+}
+
+/// One measured size: each usable algorithm's samples and median.
+struct Column {
+    bytes: u64,
+    options: BTreeMap<Algo, Measured>,
+}
+
+struct Measured {
+    samples: Vec<f64>,
+    median: f64,
+}
+
+impl Column {
+    fn median(&self, algo: Algo) -> Option<f64> {
+        self.options.get(&algo).map(|m| m.median)
+    }
+
+    fn has(&self, algo: Algo) -> bool {
+        self.options.contains_key(&algo)
+    }
+
+    fn best_median(&self) -> f64 {
+        self.options
+            .values()
+            .map(|m| m.median)
+            .fold(f64::INFINITY, f64::min)
+    }
+}
+
+pub fn fit_key(
+    key: &KeyEvidence,
+    capacities: &[CapacityEntry],
+    settings: &FitSettings,
+) -> Option<KeyFit> {
+    let columns = columns(key, capacities, settings);
+    if columns.is_empty() {
+        return None;
+    }
+    let rules = Rules {
+        columns: &columns,
+        settings,
+    };
+    let mut owner = rules.greedy();
+    rules.make_monotone(&mut owner);
+    let bands = bands(&columns, &owner);
+    let edges = edges(&columns, &owner);
+    let min_samples = columns
+        .iter()
+        .flat_map(|c| c.options.values().map(|m| m.samples.len()))
+        .min()
+        .unwrap_or(0);
+    Some(KeyFit {
+        key: key.key(),
+        bands,
+        sizes: columns.len(),
+        min_samples,
+        edges,
+    })
+}
+
+/// Usable points, grouped by size: not failed, with enough samples, and (for a
+/// custom algorithm) accepted by its recorded capacity.
+fn columns(key: &KeyEvidence, capacities: &[CapacityEntry], settings: &FitSettings) -> Vec<Column> {
+    let k = key.key();
+    let accepts = |algo: Algo, bytes: u64| {
+        !algo.is_custom()
+            || capacities.iter().any(|c| {
+                c.collective == k.collective
+                    && c.algo == algo
+                    && c.capacity
+                        .accepts_message(k.collective, k.world_size, bytes)
+            })
+    };
+    key.by_size()
+        .into_iter()
+        .filter_map(|(bytes, points)| {
+            let options: BTreeMap<Algo, Measured> = points
+                .into_iter()
+                .filter(|p| p.usable() && p.samples_us.len() >= settings.min_samples.max(1))
+                .filter(|p| accepts(p.algo, bytes))
+                .map(|p| {
+                    let median = stats::median(&stats::without_severe_outliers(&p.samples_us));
+                    (
+                        p.algo,
+                        Measured {
+                            samples: p.samples_us.clone(),
+                            median,
+                        },
+                    )
+                })
+                .collect();
+            (!options.is_empty()).then_some(Column { bytes, options })
+        })
+        .collect()
+}
+
+struct Rules<'a> {
+    columns: &'a [Column],
+    settings: &'a FitSettings,
+}
+
+impl Rules<'_> {
+    /// Whether `challenger` beats `incumbent` at column `i` by the margin,
+    /// significantly.
+    fn beats(&self, i: usize, challenger: Algo, incumbent: Algo) -> bool {
+        let column = &self.columns[i];
+        match (
+            column.options.get(&challenger),
+            column.options.get(&incumbent),
+        ) {
+            (Some(c), Some(inc)) => {
+                stats::faster_by_margin(
+                    &c.samples,
+                    &inc.samples,
+                    self.settings.margin,
+                    self.settings.alpha,
+                )
+                .faster
+            }
+            _ => false,
+        }
+    }
+
+    /// The win at `i` holds at the next size where both ran (or there is none).
+    fn confirmed(&self, i: usize, challenger: Algo, incumbent: Algo) -> bool {
+        self.columns[i + 1..]
+            .iter()
+            .position(|c| c.has(challenger) && c.has(incumbent))
+            .is_none_or(|offset| self.beats(i + 1 + offset, challenger, incumbent))
+    }
+
+    /// The fastest algorithm at `i` that beats `incumbent` (rule 2), if any.
+    fn challenger(&self, i: usize, incumbent: Algo) -> Option<Algo> {
+        let column = &self.columns[i];
+        column
+            .options
+            .iter()
+            .filter(|&(&algo, _)| algo != incumbent)
+            .filter(|&(&algo, _)| {
+                self.beats(i, algo, incumbent) && self.confirmed(i, algo, incumbent)
+            })
+            .min_by(|a, b| a.1.median.total_cmp(&b.1.median))
+            .map(|(&algo, _)| algo)
+    }
+
+    /// Rule 1: NCCL unless something beats it (or the fastest, if NCCL did not run).
+    fn opening(&self, i: usize) -> Algo {
+        let column = &self.columns[i];
+        let baseline = if column.has(Algo::Nccl) {
+            Algo::Nccl
+        } else {
+            column
+                .options
+                .iter()
+                .min_by(|a, b| a.1.median.total_cmp(&b.1.median))
+                .map(|(&algo, _)| algo)
+                .expect("columns are never empty")
+        };
+        self.challenger(i, baseline).unwrap_or(baseline)
+    }
+
+    /// Rules 1–3: one owner per measured size.
+    fn greedy(&self) -> Vec<Algo> {
+        let mut owner: Vec<Algo> = Vec::with_capacity(self.columns.len());
+        let mut band_start = 0;
+        for i in 0..self.columns.len() {
+            let current = owner.last().copied().filter(|&a| self.columns[i].has(a));
+            let Some(current) = current else {
+                owner.push(self.opening(i));
+                band_start = i;
+                continue;
+            };
+            let Some(newcomer) = self.challenger(i, current) else {
+                owner.push(current);
+                continue;
+            };
+            // Rule 3: the band edge goes where the medians cross, not where the
+            // margin was first exceeded. The current band keeps its first size.
+            let mut first = i;
+            while first - 1 > band_start {
+                let column = &self.columns[first - 1];
+                match (column.median(newcomer), column.median(current)) {
+                    (Some(n), Some(c)) if n < c => first -= 1,
+                    _ => break,
+                }
+            }
+            for slot in &mut owner[first..i] {
+                *slot = newcomer;
+            }
+            owner.push(newcomer);
+            band_start = first;
+        }
+        owner
+    }
+
+    /// Rule 4: every algorithm owns one contiguous range of sizes — counting
+    /// the open end above the largest size, which always belongs to NCCL.
+    fn make_monotone(&self, owner: &mut [Algo]) {
+        while let Some((first, second)) = self.closest_conflict(owner) {
+            let runs = runs_to_the_open_end(owner);
+            let algo = runs[first].algo;
+            let between = runs[first + 1].start..runs[second].start;
+            let repairs = [
+                (between.clone(), algo),
+                (runs[first].start..runs[first].end, runs[first + 1].algo),
+                (runs[second].start..runs[second].end, runs[second - 1].algo),
+            ];
+            let best = repairs
+                .into_iter()
+                .filter_map(|(range, to)| {
+                    self.repair_cost(owner, range.clone(), to)
+                        .map(|cost| (cost, range, to))
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            let Some((_, range, to)) = best else {
+                // No algorithm that ran everywhere in question: leave it. Only
+                // possible when verification failed at scattered sizes.
+                break;
+            };
+            for slot in &mut owner[range] {
+                *slot = to;
+            }
+        }
+    }
+
+    /// The pair of runs of one algorithm with the fewest sizes in between.
+    fn closest_conflict(&self, owner: &[Algo]) -> Option<(usize, usize)> {
+        let runs = runs_to_the_open_end(owner);
+        let mut best: Option<(usize, usize, usize)> = None;
+        for (first, a) in runs.iter().enumerate() {
+            if let Some(offset) = runs[first + 1..].iter().position(|b| b.algo == a.algo) {
+                let second = first + 1 + offset;
+                let gap = runs[second].start - a.end;
+                if best.is_none_or(|(_, _, g)| gap < g) {
+                    best = Some((first, second, gap));
+                }
+            }
+        }
+        best.map(|(first, second, _)| (first, second))
+    }
+
+    /// Summed relative regret of handing `range` to `to`, or `None` if `to`
+    /// did not run at one of those sizes (or the range is the open end, which
+    /// cannot be handed to anyone).
+    fn repair_cost(&self, owner: &[Algo], range: std::ops::Range<usize>, to: Algo) -> Option<f64> {
+        let mut cost = 0.0;
+        for i in range {
+            let column = self.columns.get(i)?;
+            let new = column.median(to)?;
+            let old = column.median(owner[i]).unwrap_or(new);
+            cost += (new - old) / column.best_median();
+        }
+        Some(cost)
+    }
+}
+
+/// A maximal range of consecutive sizes with one owner.
+struct Run {
+    start: usize,
+    end: usize,
+    algo: Algo,
+}
+
+fn runs(owner: &[Algo]) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    for (i, &algo) in owner.iter().enumerate() {
+        match runs.last_mut() {
+            Some(run) if run.algo == algo => run.end = i + 1,
+            _ => runs.push(Run {
+                start: i,
+                end: i + 1,
+                algo,
+            }),
+        }
+    }
+    runs
+}
+
+/// The runs, plus the open end above the largest size as a run of NCCL
+/// (one past the last index) when the largest size went to a custom kernel:
+/// NCCL owns it whatever happens, so an earlier NCCL run conflicts with it.
+fn runs_to_the_open_end(owner: &[Algo]) -> Vec<Run> {
+    let mut all = runs(owner);
+    if all.last().is_some_and(|r| r.algo.is_custom()) {
+        all.push(Run {
+            start: owner.len(),
+            end: owner.len() + 1,
+            algo: Algo::Nccl,
+        });
+    }
+    all
+}
+
+/// Rule 5: runs become bands; the last band is open and belongs to NCCL.
+fn bands(columns: &[Column], owner: &[Algo]) -> Vec<Band> {
+    let runs = runs(owner);
+    let mut bands: Vec<Band> = runs
+        .iter()
+        .map(|run| Band {
+            max: Some(columns[run.end - 1].bytes),
+            algo: run.algo,
+        })
+        .collect();
+    let last = bands.last_mut().expect("at least one column");
+    if last.algo.is_custom() {
+        bands.push(Band {
+            max: None,
+            algo: Algo::Nccl,
+        });
+    } else {
+        last.max = None;
+    }
+    bands
+}
+
+fn edges(columns: &[Column], owner: &[Algo]) -> Vec<Edge> {
+    runs(owner)
+        .windows(2)
+        .map(|pair| {
+            let (low, high) = (&pair[0], &pair[1]);
+            let below = &columns[low.end - 1];
+            let above = &columns[high.start];
+            Edge {
+                last_below: below.bytes,
+                first_above: above.bytes,
+                below: low.algo,
+                above: high.algo,
+                at_last_below: (below.median(low.algo), below.median(high.algo)),
+                at_first_above: (above.median(low.algo), above.median(high.algo)),
+            }
+        })
+        .collect()
+}
+
+impl FitResult {
+    /// A human summary: per key its bands and the medians at each edge.
+    pub fn report(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for key in &self.keys {
+            let _ = writeln!(
+                out,
+                "{}: {} sizes, ≥{} samples/point",
+                key_name(&key.key),
+                key.sizes,
+                key.min_samples
+            );
+            let _ = writeln!(out, "  {}", crate::format::bands(&key.bands));
+            for edge in &key.edges {
+                let _ = writeln!(
+                    out,
+                    "  {} → {} after {}: {} vs {} there, {} vs {} at {}",
+                    edge.below.name(),
+                    edge.above.name(),
+                    crate::format::size(edge.last_below),
+                    crate::format::micros(edge.at_last_below.0),
+                    crate::format::micros(edge.at_last_below.1),
+                    crate::format::micros(edge.at_first_above.0),
+                    crate::format::micros(edge.at_first_above.1),
+                    crate::format::size(edge.first_above),
+                );
+            }
+        }
+        for (key, why) in &self.skipped {
+            let _ = writeln!(out, "{}: skipped ({why})", key_name(key));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::{Origin, PointEvidence};
+    use tuned_schema::{Collective, DType, Mode};
+
+    /// Evidence for one all-reduce key from exact medians: each algorithm's
+    /// samples are its median ± a tiny deterministic jitter.
+    fn key_from(rows: &[(u64, &[(Algo, f64)])]) -> KeyEvidence {
+        let mut key = KeyEvidence::new(TableKey {
+            collective: Collective::AllReduce,
+            world_size: 8,
+            dtype: DType::Bf16,
+            mode: Mode::Graph,
+        });
+        for &(bytes, algos) in rows {
+            for &(algo, median) in algos {
+                let samples_us = (0..21)
+                    .map(|i| median * (1.0 + (i as f64 - 10.0) * 1e-4))
+                    .collect();
+                key.points.push(PointEvidence {
+                    bytes,
+                    algo,
+                    origin: Origin::Grid,
+                    verified: true,
+                    error: None,
+                    samples_us,
+                });
+            }
+        }
+        key
+    }
+
+    fn all_custom(max_bytes: u64) -> Vec<CapacityEntry> {
+        [Algo::OneShotPush, Algo::OneShotPull, Algo::TwoShotPull]
+            .into_iter()
+            .map(|algo| crate::backend::synthetic::capacity(Collective::AllReduce, algo, max_bytes))
+            .collect()
+    }
+
+    fn bands_of(rows: &[(u64, &[(Algo, f64)])], capacities: &[CapacityEntry]) -> Vec<Band> {
+        fit_key(&key_from(rows), capacities, &FitSettings::default())
+            .unwrap()
+            .bands
+    }
+
+    use Algo::{Nccl, OneShotPull as Pull, OneShotPush as Push};
+
+    fn band(max: Option<u64>, algo: Algo) -> Band {
+        Band { max, algo }
+    }
+
+    #[test]
+    fn ties_with_nccl_open_with_nccl() {
+        let rows: &[(u64, &[(Algo, f64)])] = &[
+            (16, &[(Nccl, 10.0), (Push, 9.9)]),
+            (32, &[(Nccl, 10.0), (Push, 9.9)]),
+        ];
+        assert_eq!(bands_of(rows, &all_custom(1 << 20)), vec![band(None, Nccl)]);
+    }
+
+    #[test]
+    fn the_edge_sits_where_medians_cross_not_where_the_margin_is_passed() {
+        // Pull overtakes push between 64 and 80 but by more than 4 % only from 112.
+        let rows: &[(u64, &[(Algo, f64)])] = &[
+            (16, &[(Nccl, 20.0), (Push, 5.0), (Pull, 8.0)]),
+            (64, &[(Nccl, 20.0), (Push, 9.0), (Pull, 9.1)]),
+            (80, &[(Nccl, 20.0), (Push, 9.5), (Pull, 9.4)]),
+            (96, &[(Nccl, 20.0), (Push, 10.0), (Pull, 9.8)]),
+            (112, &[(Nccl, 20.0), (Push, 11.0), (Pull, 10.0)]),
+            (128, &[(Nccl, 20.0), (Push, 12.0), (Pull, 10.2)]),
+        ];
+        let bands = bands_of(rows, &all_custom(1 << 20));
+        assert_eq!(
+            bands,
+            vec![
+                band(Some(64), Push),
+                band(Some(128), Pull),
+                band(None, Nccl)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_single_point_win_is_not_a_crossover() {
+        let rows: &[(u64, &[(Algo, f64)])] = &[
+            (16, &[(Nccl, 20.0), (Push, 5.0), (Pull, 8.0)]),
+            (32, &[(Nccl, 20.0), (Push, 5.0), (Pull, 4.0)]),
+            (48, &[(Nccl, 20.0), (Push, 5.0), (Pull, 5.1)]),
+        ];
+        assert_eq!(
+            bands_of(rows, &all_custom(1 << 20)),
+            vec![band(Some(48), Push), band(None, Nccl)]
+        );
+    }
+
+    #[test]
+    fn islands_are_merged_by_least_regret() {
+        // Push, then pull clearly wins two sizes, then push again: the pull
+        // island costs less to give back to push than the other repairs.
+        let rows: &[(u64, &[(Algo, f64)])] = &[
+            (16, &[(Nccl, 20.0), (Push, 5.0), (Pull, 8.0)]),
+            (32, &[(Nccl, 20.0), (Push, 6.0), (Pull, 5.0)]),
+            (48, &[(Nccl, 20.0), (Push, 6.0), (Pull, 5.0)]),
+            (64, &[(Nccl, 20.0), (Push, 5.0), (Pull, 8.0)]),
+            (80, &[(Nccl, 20.0), (Push, 5.0), (Pull, 8.0)]),
+            (96, &[(Nccl, 20.0), (Push, 5.0), (Pull, 8.0)]),
+        ];
+        assert_eq!(
+            bands_of(rows, &all_custom(1 << 20)),
+            vec![band(Some(96), Push), band(None, Nccl)]
+        );
+    }
+
+    #[test]
+    fn custom_bands_stop_at_capacity() {
+        // Push would win everywhere, but takes at most 32 bytes.
+        let rows: &[(u64, &[(Algo, f64)])] = &[
+            (16, &[(Nccl, 20.0), (Push, 5.0)]),
+            (32, &[(Nccl, 20.0), (Push, 5.0)]),
+            (48, &[(Nccl, 20.0), (Push, 5.0)]),
+        ];
+        let caps = [crate::backend::synthetic::capacity(
+            Collective::AllReduce,
+            Push,
+            32,
+        )];
+        assert_eq!(
+            bands_of(rows, &caps),
+            vec![band(Some(32), Push), band(None, Nccl)]
+        );
+    }
+
+    #[test]
+    fn points_that_failed_verification_are_never_chosen() {
+        let mut key = key_from(&[
+            (16, &[(Nccl, 20.0), (Push, 5.0)]),
+            (32, &[(Nccl, 20.0), (Push, 5.0)]),
+        ]);
+        for p in &mut key.points {
+            if p.algo == Push {
+                p.verified = false;
+                p.error = Some("wrong sum".into());
+            }
+        }
+        let fit = fit_key(&key, &all_custom(1 << 20), &FitSettings::default()).unwrap();
+        assert_eq!(fit.bands, vec![band(None, Nccl)]);
+    }
+
+    #[test]
+    fn nccl_first_and_a_custom_kernel_last_is_repaired() {
+        // NCCL wins the two smallest sizes, push everything after: with the
+        // open end NCCL's, NCCL would own two bands. Giving NCCL's two sizes to
+        // push costs less regret than giving push's four to NCCL.
+        let rows: &[(u64, &[(Algo, f64)])] = &[
+            (16, &[(Nccl, 5.0), (Push, 6.0)]),
+            (32, &[(Nccl, 5.0), (Push, 6.0)]),
+            (48, &[(Nccl, 20.0), (Push, 6.0)]),
+            (64, &[(Nccl, 20.0), (Push, 6.0)]),
+            (80, &[(Nccl, 20.0), (Push, 6.0)]),
+            (96, &[(Nccl, 20.0), (Push, 6.0)]),
+        ];
+        assert_eq!(
+            bands_of(rows, &all_custom(1 << 20)),
+            vec![band(Some(96), Push), band(None, Nccl)]
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the measurements, the bands are a valid monotone table:
+        /// every algorithm owns at most one band, edges increase, the last
+        /// band is NCCL's and open, and a custom band never reaches past the
+        /// largest size its algorithm ran at.
+        #[test]
+        fn bands_are_always_monotone(
+            medians in proptest::collection::vec(proptest::collection::vec(1.0f64..50.0, 4), 1..14),
+            reach in proptest::collection::vec(0usize..14, 3),
+        ) {
+            let algos = [Nccl, Push, Pull, Algo::TwoShotPull];
+            let mut key = key_from(&[]);
+            for (i, row) in medians.iter().enumerate() {
+                let bytes = 16 * (i as u64 + 1);
+                for (a, &median) in algos.iter().zip(row) {
+                    // Each custom algorithm runs up to its own reach.
+                    let runs = !a.is_custom() || i < reach[*a as usize - 1];
+                    if runs {
+                        key.points.extend(key_from(&[(bytes, &[(*a, median)])]).points);
+                    }
+                }
+            }
+            let fit = fit_key(&key, &all_custom(1 << 20), &FitSettings::default()).unwrap();
+            let bands = &fit.bands;
+            let mut seen = std::collections::BTreeSet::new();
+            proptest::prop_assert!(bands.iter().all(|b| seen.insert(b.algo)), "{bands:?}");
+            proptest::prop_assert_eq!(bands.last().copied(), Some(band(None, Nccl)));
+            let edges: Vec<u64> = bands.iter().filter_map(|b| b.max).collect();
+            proptest::prop_assert_eq!(edges.len(), bands.len() - 1);
+            proptest::prop_assert!(edges.windows(2).all(|w| w[0] < w[1]));
+            for b in bands.iter().filter(|b| b.algo.is_custom()) {
+                let last_run = 16 * reach[b.algo as usize - 1] as u64;
+                proptest::prop_assert!(b.max.unwrap() <= last_run, "{bands:?} reach {reach:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_custom_last_band_is_closed_and_nccl_takes_the_rest() {
+        let rows: &[(u64, &[(Algo, f64)])] = &[
+            (16, &[(Nccl, 20.0), (Push, 5.0)]),
+            (32, &[(Nccl, 20.0), (Push, 5.0)]),
+        ];
+        assert_eq!(
+            bands_of(rows, &all_custom(1 << 20)),
+            vec![band(Some(32), Push), band(None, Nccl)]
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! How sizes, times and bands read in the tuner's reports. Display only: the
+//! TOML's canonical spelling of sizes is `tuned_schema`'s business.
+
+use tuned_schema::Band;
+
+const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+
+/// `448KiB` when exact, `78.39KiB` (two decimals) when not, `80B` below 1 KiB.
+pub fn size(bytes: u64) -> String {
+    for (unit, scale) in UNITS {
+        if bytes >= scale {
+            return if bytes.is_multiple_of(scale) {
+                format!("{}{unit}", bytes / scale)
+            } else {
+                format!("{:.2}{unit}", bytes as f64 / scale as f64)
+            };
+        }
+    }
+    format!("{bytes}B")
+}
+
+/// A band edge exactly: `448KiB` when a unit divides it, else the approximate
+/// size with the exact bytes, `78.39KiB (80272B)`.
+pub fn exact_size(bytes: u64) -> String {
+    let canonical = tuned_schema::size::format_size(bytes);
+    if bytes < 1024 || canonical.ends_with("iB") {
+        canonical
+    } else {
+        format!("{} ({canonical})", size(bytes))
+    }
+}
+
+/// `12.34µs`, or `-` when absent.
+pub fn micros(value: Option<f64>) -> String {
+    match value {
+        Some(v) => format!("{v:.2}µs"),
+        None => "-".to_string(),
+    }
+}
+
+/// `one_shot_push ≤ 32KiB | one_shot_pull ≤ 256KiB | nccl`.
+pub fn bands(bands: &[Band]) -> String {
+    bands
+        .iter()
+        .map(|b| match b.max {
+            Some(max) => format!("{} ≤ {}", b.algo.name(), size(max)),
+            None => b.algo.name().to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// Seconds as `2m 05s` or `41s`.
+pub fn duration(seconds: f64) -> String {
+    let whole = seconds.max(0.0).round() as u64;
+    if whole >= 60 {
+        format!("{}m {:02}s", whole / 60, whole % 60)
+    } else {
+        format!("{whole}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tuned_schema::Algo;
+
+    #[test]
+    fn sizes_read_naturally() {
+        assert_eq!(size(16), "16B");
+        assert_eq!(size(448 * 1024), "448KiB");
+        assert_eq!(size(80_272), "78.39KiB");
+        assert_eq!(size(256 << 20), "256MiB");
+        assert_eq!(exact_size(448 * 1024), "448KiB");
+        assert_eq!(exact_size(80_272), "78.39KiB (80272B)");
+        assert_eq!(exact_size(80), "80B");
+    }
+
+    #[test]
+    fn bands_read_as_a_line() {
+        let b = [
+            Band {
+                max: Some(32 * 1024),
+                algo: Algo::OneShotPush,
+            },
+            Band {
+                max: None,
+                algo: Algo::Nccl,
+            },
+        ];
+        assert_eq!(bands(&b), "one_shot_push ≤ 32KiB | nccl");
+        assert_eq!(duration(125.0), "2m 05s");
+        assert_eq!(duration(41.4), "41s");
+    }
+}

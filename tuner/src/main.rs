@@ -1,0 +1,55 @@
+//! `tuner`: measure collective crossovers on this machine's GPUs and write
+//! `tuned/*.toml`; re-fit, verify, plot, show and explain tables. See GUIDE.md.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tuner::commands::{self, Exit};
+
+#[derive(Parser)]
+#[command(
+    name = "tuner",
+    version,
+    about = "Picks the fastest collective algorithm per message size from measurements"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure every candidate on this machine's GPUs, fit bands, write the TOML and its evidence
+    Sweep(commands::SweepArgs),
+    /// Derive bands from recorded evidence (no GPU needed)
+    Fit(commands::FitCommandArgs),
+    /// Re-measure held-out sizes and report the regret of a tuned file's choices
+    Verify(commands::VerifyArgs),
+    /// Latency and bus-bandwidth figures (SVG) per key, with the bands shaded
+    Plot(commands::PlotArgs),
+    /// Print the tables compiled into `policy`
+    Show(commands::ShowArgs),
+    /// Print which algorithm `policy` selects for one call, and why
+    Explain(commands::ExplainArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut out = std::io::stdout().lock();
+    let result = match &cli.command {
+        Command::Sweep(args) => commands::sweep(args, &mut out),
+        Command::Fit(args) => commands::fit(args, &mut out),
+        Command::Verify(args) => commands::verify(args, &mut out),
+        Command::Plot(args) => commands::plot(args, &mut out),
+        Command::Show(args) => commands::show(args, &mut out),
+        Command::Explain(args) => commands::explain(args, &mut out),
+    };
+    match result {
+        Ok(Exit::Ok) => ExitCode::SUCCESS,
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(error) => {
+            eprintln!("tuner: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

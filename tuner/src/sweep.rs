@@ -1,0 +1,581 @@
+//! `sweep`: measure every candidate algorithm of every key over the size grid,
+//! re-measure points whose spread is too wide, and bisect between grid points
+//! where the fastest algorithm changes, recording every sample as evidence.
+//!
+//! Every rank agrees on every choice by construction: one process drives all
+//! ranks, a sample is the maximum over ranks, and the choice is made once from
+//! those samples and written to one file that every rank compiles in.
+
+use std::collections::BTreeMap;
+
+use tuned_schema::{Algo, Collective, DType, Mode, TableKey};
+
+use crate::backend::{Backend, BackendError, Repetitions};
+use crate::evidence::{
+    CapacityRecord, EVIDENCE_VERSION, Evidence, KeyEvidence, Origin, PlatformRecord,
+    SettingsRecord, key_name,
+};
+use crate::grid;
+use crate::measure::{self, Column, Effort};
+use crate::observe::{Observer, RunStatus};
+use crate::stats;
+
+/// What to sweep and how hard.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepSettings {
+    pub collectives: Vec<Collective>,
+    /// Empty: every world size the backend can form.
+    pub world_sizes: Vec<u32>,
+    pub dtypes: Vec<DType>,
+    pub modes: Vec<Mode>,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub reps: Repetitions,
+    /// Re-measure a point while the half-width of its median's 95 % CI
+    /// (distribution-free, see [`stats::relative_spread`]) exceeds this
+    /// fraction of the median…
+    pub remeasure_threshold: f64,
+    /// …at most this many extra rounds of `reps.samples`.
+    pub max_remeasure_rounds: u32,
+    /// Stop bisecting when the bracketing sizes are within this fraction.
+    pub bisect_resolution: f64,
+    /// At most this many probes per bracket.
+    pub max_bisect_steps: u32,
+    /// Extra rounds of samples a probe may get while its two contenders are
+    /// not significantly apart.
+    pub max_probe_rounds: u32,
+    /// Significance level for "the fastest algorithm really changed here".
+    pub alpha: f64,
+}
+
+impl Default for SweepSettings {
+    /// Sized for the budget: all-reduce and all-gather × 3 dtypes × 2
+    /// modes for one world size in under 3 minutes on an 8-GPU node (48 grid
+    /// sizes, 25 samples each; GPU noise is 1–3 %, so re-measures are rare).
+    fn default() -> Self {
+        SweepSettings {
+            collectives: Collective::ALL.to_vec(),
+            world_sizes: Vec::new(),
+            dtypes: DType::ALL.to_vec(),
+            modes: Mode::ALL.to_vec(),
+            min_bytes: 16,
+            max_bytes: 256 << 20,
+            reps: Repetitions {
+                samples: 25,
+                warmup: 5,
+            },
+            remeasure_threshold: 0.03,
+            max_remeasure_rounds: 2,
+            bisect_resolution: 0.02,
+            max_bisect_steps: 8,
+            max_probe_rounds: 3,
+            alpha: 0.01,
+        }
+    }
+}
+
+impl SweepSettings {
+    /// How hard to work on each point.
+    pub fn effort(&self) -> Effort {
+        Effort {
+            reps: self.reps,
+            remeasure_threshold: self.remeasure_threshold,
+            max_remeasure_rounds: self.max_remeasure_rounds,
+            max_probe_rounds: self.max_probe_rounds,
+            alpha: self.alpha,
+        }
+    }
+}
+
+/// The keys and grid a sweep will measure, and what that should cost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepPlan {
+    pub keys: Vec<KeyPlan>,
+    /// (size, algorithm) points on the grids, before re-measures and bisection.
+    pub grid_points: u64,
+    pub estimated_seconds: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyPlan {
+    pub key: TableKey,
+    pub align: u64,
+    pub sizes: Vec<u64>,
+}
+
+/// The evidence a sweep gathered, complete or not.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepOutcome {
+    pub evidence: Evidence,
+    pub status: RunStatus,
+}
+
+/// Lists keys and sizes, and estimates the time, without measuring anything.
+pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan, String> {
+    let available = backend.world_sizes();
+    let world_sizes = if settings.world_sizes.is_empty() {
+        available.clone()
+    } else {
+        if let Some(missing) = settings.world_sizes.iter().find(|w| !available.contains(w)) {
+            return Err(format!(
+                "world size {missing} is not available here (available: {})",
+                list(&available)
+            ));
+        }
+        settings.world_sizes.clone()
+    };
+    if world_sizes.is_empty() {
+        return Err("no world size to measure".to_string());
+    }
+    if settings.min_bytes == 0 || settings.min_bytes > settings.max_bytes {
+        return Err(format!(
+            "invalid size range {}…{} bytes",
+            settings.min_bytes, settings.max_bytes
+        ));
+    }
+    let capacities = backend.platform().capacities;
+    let mut keys = Vec::new();
+    let mut grid_points = 0;
+    let mut estimated_seconds = 0.0;
+    // World size outermost: a GPU backend builds one world at a time.
+    for &world_size in &world_sizes {
+        for &collective in &settings.collectives {
+            for &dtype in &settings.dtypes {
+                for &mode in &settings.modes {
+                    let key = TableKey {
+                        collective,
+                        world_size,
+                        dtype,
+                        mode,
+                    };
+                    let align = grid::alignment(&capacities, collective, world_size);
+                    let sizes = key_sizes(&capacities, key, align, settings);
+                    for &bytes in &sizes {
+                        for algo in backend.candidates(collective, world_size, bytes) {
+                            grid_points += 1;
+                            estimated_seconds +=
+                                backend.estimated_point_seconds(key, algo, bytes, settings.reps);
+                        }
+                    }
+                    keys.push(KeyPlan { key, align, sizes });
+                }
+            }
+        }
+    }
+    // Bisection and re-measures add roughly a fifth on real hardware.
+    Ok(SweepPlan {
+        keys,
+        grid_points,
+        estimated_seconds: estimated_seconds * 1.2,
+    })
+}
+
+/// The grid of one key, plus the capacity of each custom algorithm inside the
+/// range (aligned down), so a band can reach exactly as far as its kernel can.
+fn key_sizes(
+    capacities: &[tuned_schema::CapacityEntry],
+    key: TableKey,
+    align: u64,
+    settings: &SweepSettings,
+) -> Vec<u64> {
+    let mut sizes = grid::sweep_sizes(settings.min_bytes, settings.max_bytes, align);
+    for entry in capacities {
+        if entry.collective == key.collective && entry.algo.is_custom() {
+            let limit = entry.capacity.max_bytes / align * align;
+            if limit >= settings.min_bytes && limit <= settings.max_bytes && limit > 0 {
+                sizes.push(limit);
+            }
+        }
+    }
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
+fn list(values: &[u32]) -> String {
+    values
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs the sweep. Stops cleanly, keeping every sample measured so far, when
+/// the observer asks to or a measurement fails.
+pub fn sweep(
+    backend: &mut dyn Backend,
+    settings: &SweepSettings,
+    date: &str,
+    observer: &mut dyn Observer,
+) -> Result<SweepOutcome, String> {
+    let plan = plan(backend, settings)?;
+    observer.started(plan.grid_points, plan.estimated_seconds);
+    let platform = backend.platform();
+    let mut evidence = Evidence {
+        evidence_version: EVIDENCE_VERSION,
+        platform: PlatformRecord {
+            arch: platform.arch,
+            link: platform.link,
+            gpu: platform.gpu,
+            backend: platform.backend,
+            driver: platform.driver,
+            cuda: platform.cuda,
+            nccl: platform.nccl,
+            host: platform.host,
+            tuner_version: env!("CARGO_PKG_VERSION").to_string(),
+            date: date.to_string(),
+            capacities: platform
+                .capacities
+                .iter()
+                .map(CapacityRecord::from_entry)
+                .collect(),
+        },
+        settings: SettingsRecord {
+            min_bytes: settings.min_bytes,
+            max_bytes: settings.max_bytes,
+            samples: settings.reps.samples,
+            warmup: settings.reps.warmup,
+            remeasure_threshold: settings.remeasure_threshold,
+            max_remeasure_rounds: settings.max_remeasure_rounds,
+            bisect_resolution: settings.bisect_resolution,
+            max_probe_rounds: settings.max_probe_rounds,
+            seed: None,
+        },
+        complete: false,
+        keys: Vec::new(),
+    };
+    let mut status = RunStatus::Complete;
+    for key_plan in &plan.keys {
+        observer.key_started(&key_plan.key);
+        let mut run = KeyRun {
+            backend: &mut *backend,
+            effort: settings.effort(),
+            settings,
+            key: key_plan.key,
+            columns: BTreeMap::new(),
+        };
+        let result = run.measure_key(key_plan, observer);
+        let columns = std::mem::take(&mut run.columns);
+        let mut key_evidence = KeyEvidence::new(key_plan.key);
+        key_evidence.points = columns
+            .into_values()
+            .flat_map(BTreeMap::into_values)
+            .collect();
+        if !key_evidence.points.is_empty() {
+            evidence.keys.push(key_evidence);
+        }
+        match result {
+            Ok(()) => {}
+            Err(Stop::Interrupted) => {
+                status = RunStatus::Interrupted;
+                break;
+            }
+            Err(Stop::Failed(message)) => {
+                status = RunStatus::Failed(message);
+                break;
+            }
+        }
+    }
+    evidence.complete = status == RunStatus::Complete;
+    Ok(SweepOutcome { evidence, status })
+}
+
+enum Stop {
+    Interrupted,
+    Failed(String),
+}
+
+/// The measuring of one key.
+struct KeyRun<'a> {
+    backend: &'a mut dyn Backend,
+    effort: Effort,
+    settings: &'a SweepSettings,
+    key: TableKey,
+    columns: BTreeMap<u64, Column>,
+}
+
+impl KeyRun<'_> {
+    fn measure_key(&mut self, plan: &KeyPlan, observer: &mut dyn Observer) -> Result<(), Stop> {
+        for &bytes in &plan.sizes {
+            self.measure_size(bytes, Origin::Grid, observer)?;
+        }
+        for pair in plan.sizes.windows(2) {
+            if let Some((below, above)) = self.winner_changes(pair[0], pair[1]) {
+                self.bisect(pair[0], pair[1], below, above, plan.align, observer)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Verifies and measures every candidate at `bytes`.
+    fn measure_size(
+        &mut self,
+        bytes: u64,
+        origin: Origin,
+        observer: &mut dyn Observer,
+    ) -> Result<(), Stop> {
+        let candidates = self
+            .backend
+            .candidates(self.key.collective, self.key.world_size, bytes);
+        for algo in candidates {
+            if observer.should_stop() {
+                return Err(Stop::Interrupted);
+            }
+            if self
+                .columns
+                .get(&bytes)
+                .is_some_and(|c| c.contains_key(&algo))
+            {
+                continue;
+            }
+            let result = measure::measure_point(
+                &mut *self.backend,
+                self.key,
+                bytes,
+                algo,
+                origin,
+                &self.effort,
+            );
+            let (point, failure) = match result {
+                Ok(point) => (point, None),
+                Err((point, e)) => (point, Some(e)),
+            };
+            self.columns.entry(bytes).or_default().insert(algo, point);
+            if let Some(e) = failure {
+                return Err(self.failed(bytes, algo, &e));
+            }
+            observer.point_done(&self.key, bytes, algo);
+        }
+        Ok(())
+    }
+
+    fn failed(&self, bytes: u64, algo: Algo, error: &BackendError) -> Stop {
+        Stop::Failed(format!(
+            "{} {} at {bytes} bytes: {error}",
+            key_name(&self.key),
+            algo.name()
+        ))
+    }
+
+    fn column(&self, bytes: u64) -> Option<&Column> {
+        self.columns.get(&bytes)
+    }
+
+    fn samples(&self, bytes: u64, algo: Algo) -> &[f64] {
+        self.column(bytes)
+            .and_then(|c| c.get(&algo))
+            .map(|p| p.samples_us.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// The two algorithms to bisect between, when the fastest one at `low`
+    /// differs from the fastest at `high`, both run at both sizes, and the
+    /// change is significant at one end (so noise between equals is not chased).
+    fn winner_changes(&self, low: u64, high: u64) -> Option<(Algo, Algo)> {
+        let below = measure::fastest(self.column(low)?)?;
+        let above = measure::fastest(self.column(high)?)?;
+        if below == above {
+            return None;
+        }
+        let both_run = |bytes| {
+            let m = measure::medians(self.column(bytes).expect("measured above"));
+            m.contains_key(&below) && m.contains_key(&above)
+        };
+        if !both_run(low) || !both_run(high) {
+            return None;
+        }
+        let alpha = self.settings.alpha;
+        let clear_below = stats::faster_by_margin(
+            self.samples(low, below),
+            self.samples(low, above),
+            0.0,
+            alpha,
+        );
+        let clear_above = stats::faster_by_margin(
+            self.samples(high, above),
+            self.samples(high, below),
+            0.0,
+            alpha,
+        );
+        (clear_below.faster || clear_above.faster).then_some((below, above))
+    }
+
+    /// Probes geometric midpoints between `low` (where `below` is faster) and
+    /// `high` (where `above` is) until the bracket is within the resolution.
+    fn bisect(
+        &mut self,
+        mut low: u64,
+        mut high: u64,
+        below: Algo,
+        above: Algo,
+        align: u64,
+        observer: &mut dyn Observer,
+    ) -> Result<(), Stop> {
+        for _ in 0..self.settings.max_bisect_steps {
+            if high as f64 / low as f64 - 1.0 <= self.settings.bisect_resolution {
+                break;
+            }
+            let Some(mid) = grid::midpoint(low, high, align) else {
+                break;
+            };
+            let count = self
+                .backend
+                .candidates(self.key.collective, self.key.world_size, mid)
+                .len();
+            observer.points_added(count as u64);
+            self.measure_size(mid, Origin::Bisect, observer)?;
+            let column = self.columns.entry(mid).or_default();
+            measure::settle(
+                &mut *self.backend,
+                self.key,
+                column,
+                (below, above),
+                &self.effort,
+            )
+            .map_err(|e| self.failed(mid, below, &e))?;
+            let medians = measure::medians(self.column(mid).expect("measured above"));
+            match (medians.get(&below), medians.get(&above)) {
+                (Some(b), Some(a)) if b <= a => low = mid,
+                (Some(_), Some(_)) => high = mid,
+                // One of the two failed verification here: nothing to refine.
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The bootstrap seed of one point: the same in `sweep`, `fit` and `plot`.
+pub fn point_seed(key: &TableKey, bytes: u64, algo: Algo) -> u64 {
+    stats::seed_for(&format!("{}/{bytes}/{}", key_name(key), algo.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::synthetic::{SyntheticBackend, SyntheticConfig};
+    use crate::observe::Quiet;
+
+    fn small_settings() -> SweepSettings {
+        SweepSettings {
+            collectives: vec![Collective::AllReduce],
+            world_sizes: vec![8],
+            dtypes: vec![DType::Bf16],
+            modes: vec![Mode::Graph],
+            min_bytes: 16,
+            max_bytes: 16 << 20,
+            ..SweepSettings::default()
+        }
+    }
+
+    #[test]
+    fn plan_counts_candidates_and_refuses_absent_world_sizes() {
+        let backend = SyntheticBackend::new(SyntheticConfig::planted(0.02, 1));
+        let plan = plan(&backend, &small_settings()).unwrap();
+        assert_eq!(plan.keys.len(), 1);
+        // 16 B … 16 MiB: 21 powers of two, 20 midpoints less 24 B → 40 sizes;
+        // 8 MiB (push's capacity) is a power of two already.
+        assert_eq!(plan.keys[0].sizes.len(), 40);
+        assert!(plan.grid_points > 3 * 40);
+        let mut settings = small_settings();
+        settings.world_sizes = vec![16];
+        let err = super::plan(&backend, &settings).unwrap_err();
+        assert!(err.contains("world size 16 is not available"), "{err}");
+    }
+
+    #[test]
+    fn capacities_join_the_grid() {
+        let mut config = SyntheticConfig::planted(0.02, 1);
+        config.capacities[0].capacity.max_bytes = 100_000;
+        let backend = SyntheticBackend::new(config);
+        let plan = plan(&backend, &small_settings()).unwrap();
+        assert!(
+            plan.keys[0].sizes.contains(&100_000),
+            "push's capacity is a grid point"
+        );
+    }
+
+    #[test]
+    fn bisection_adds_points_near_each_crossover() {
+        let mut backend = SyntheticBackend::new(SyntheticConfig::planted(0.01, 5));
+        let outcome = sweep(&mut backend, &small_settings(), "2026-01-01", &mut Quiet).unwrap();
+        assert_eq!(outcome.status, RunStatus::Complete);
+        assert!(outcome.evidence.complete);
+        let key = &outcome.evidence.keys[0];
+        let probes: Vec<u64> = key
+            .points
+            .iter()
+            .filter(|p| p.origin == Origin::Bisect)
+            .map(|p| p.bytes)
+            .collect();
+        for planted in [32 * 1024, 256 * 1024, 4 << 20] {
+            let near = probes
+                .iter()
+                .filter(|&&b| (b as f64 / planted as f64 - 1.0).abs() < 0.1)
+                .count();
+            assert!(near >= 2, "few probes near {planted}: {probes:?}");
+        }
+    }
+
+    #[test]
+    fn stopping_keeps_what_was_measured() {
+        struct StopAfter(usize);
+        impl Observer for StopAfter {
+            fn point_done(&mut self, _: &TableKey, _: u64, _: Algo) {
+                self.0 = self.0.saturating_sub(1);
+            }
+            fn should_stop(&self) -> bool {
+                self.0 == 0
+            }
+        }
+        let mut backend = SyntheticBackend::new(SyntheticConfig::planted(0.02, 1));
+        let outcome = sweep(
+            &mut backend,
+            &small_settings(),
+            "2026-01-01",
+            &mut StopAfter(10),
+        )
+        .unwrap();
+        assert_eq!(outcome.status, RunStatus::Interrupted);
+        assert!(!outcome.evidence.complete);
+        assert_eq!(outcome.evidence.keys[0].points.len(), 10);
+    }
+
+    #[test]
+    fn failed_verification_is_recorded_not_timed() {
+        let mut config = SyntheticConfig::planted(0.02, 1);
+        config
+            .broken
+            .push((Collective::AllReduce, Algo::OneShotPull));
+        let mut backend = SyntheticBackend::new(config);
+        let outcome = sweep(&mut backend, &small_settings(), "2026-01-01", &mut Quiet).unwrap();
+        let pulls: Vec<_> = outcome.evidence.keys[0]
+            .points
+            .iter()
+            .filter(|p| p.algo == Algo::OneShotPull)
+            .collect();
+        assert!(!pulls.is_empty());
+        assert!(
+            pulls
+                .iter()
+                .all(|p| !p.verified && p.samples_us.is_empty() && p.error.is_some())
+        );
+    }
+
+    #[test]
+    fn wide_points_are_remeasured() {
+        let mut backend = SyntheticBackend::new(SyntheticConfig::planted(0.2, 1));
+        let mut settings = small_settings();
+        settings.max_bytes = 1024;
+        let outcome = sweep(&mut backend, &settings, "2026-01-01", &mut Quiet).unwrap();
+        // 20 % noise never gets a 3 % half-width from 25 samples: every point
+        // gets all its rounds.
+        let rounds = settings.max_remeasure_rounds as usize + 1;
+        assert!(
+            outcome.evidence.keys[0]
+                .points
+                .iter()
+                .all(|p| p.samples_us.len() == rounds * settings.reps.samples as usize)
+        );
+    }
+}

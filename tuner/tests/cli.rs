@@ -1,0 +1,188 @@
+//! The binary end to end, on this machine (no GPU needed): the commands that
+//! work without one, the synthetic backend through sweep → verify → plot, and
+//! the one-line refusal of GPU commands where no GPU can be used.
+
+mod common;
+
+use std::process::{Command, Output};
+
+fn tuner(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tuner"))
+        .args(args)
+        .output()
+        .expect("the tuner binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Without a usable GPU, `sweep` and `verify` say so in one line and fail.
+/// (On a machine with a GPU and the `gpu` feature this test does not apply.)
+#[test]
+fn gpu_commands_refuse_in_one_line_without_a_gpu() {
+    if cfg!(feature = "gpu") && std::path::Path::new("/dev/nvidia0").exists() {
+        return;
+    }
+    let dir = common::scratch("no-gpu");
+    for args in [
+        vec!["sweep", "--out", dir.to_str().unwrap()],
+        vec!["verify", "tuned/sm90-nvlink.toml"],
+    ] {
+        let out = tuner(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("tuner: no CUDA GPU found ("), "{stderr}");
+        assert!(
+            stderr.contains("`tuner show`, `tuner explain`, `tuner fit`, `tuner plot`"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"));
+    }
+}
+
+#[test]
+fn synthetic_sweeps_never_default_to_tuned() {
+    let out = tuner(&["sweep", "--synthetic", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--synthetic needs --out"));
+}
+
+#[test]
+fn show_prints_every_compiled_platform() {
+    let out = tuner(&["show"]);
+    assert!(out.status.success());
+    let stdout = text(&out.stdout);
+    for p in policy::PLATFORMS {
+        assert!(stdout.contains(p.file), "{stdout}");
+    }
+    let filtered =
+        text(&tuner(&["show", "--collective", "all_gather", "--world-size", "4"]).stdout);
+    assert!(!filtered.contains("all_reduce ws"), "{filtered}");
+}
+
+#[test]
+fn explain_agrees_with_policy() {
+    let out = tuner(&[
+        "explain",
+        "--arch",
+        "sm90",
+        "--link",
+        "nvlink",
+        "--collective",
+        "all_reduce",
+        "--world-size",
+        "8",
+        "--dtype",
+        "bf16",
+        "--mode",
+        "graph",
+        "--bytes",
+        "448KiB",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let expected = policy::select(policy::Query {
+        collective: policy::Collective::AllReduce,
+        arch: policy::Arch::SM90,
+        link: policy::Link::NvLink,
+        world_size: 8,
+        dtype: policy::DType::Bf16,
+        mode: policy::Mode::Graph,
+        bytes: 448 * 1024,
+    });
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("458752 bytes (448KiB)"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("selected: {}", expected.name())),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn bad_arguments_are_named() {
+    let out = tuner(&["explain", "--arch", "sm90", "--link", "infiniband"]);
+    assert_eq!(out.status.code(), Some(2), "clap's usage error");
+    assert!(text(&out.stderr).contains("expected one of nvlink, pcie, loopback"));
+    let out = tuner(&["fit", "/nonexistent/e.json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).starts_with("tuner: /nonexistent/e.json: cannot read"));
+}
+
+#[test]
+fn synthetic_sweep_verify_and_plot() {
+    let dir = common::scratch("synthetic-cli");
+    let out_dir = dir.to_str().unwrap();
+    let common_args = [
+        "--synthetic",
+        "--noise-pct",
+        "2",
+        "--world-sizes",
+        "8",
+        "--dtypes",
+        "bf16",
+        "--modes",
+        "graph",
+        "--max-bytes",
+        "8MiB",
+        "--no-progress",
+    ];
+    let mut args = vec!["sweep", "--out", out_dir];
+    args.extend(common_args);
+    let out = tuner(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("one_shot_push ≤"), "{stdout}");
+    assert!(
+        text(&out.stderr).contains("estimated"),
+        "the estimate is printed before starting"
+    );
+    let toml = dir.join("sm90-nvlink.toml");
+    let evidence = dir.join("sm90-nvlink.evidence.json");
+    assert!(toml.exists() && evidence.exists());
+
+    let mut args = vec!["verify", toml.to_str().unwrap()];
+    args.extend(common_args);
+    let out = tuner(&args);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("PASS"), "{stdout}");
+
+    // A deliberately bad table (NCCL everywhere) fails verification with 2.
+    let bad = std::fs::read_to_string(&toml).unwrap();
+    let start = bad.find("bands = [").unwrap();
+    let end = start + bad[start..].find(']').unwrap() + 1;
+    let nccl_only = format!(
+        "{}bands = [\n  {{ algo = \"nccl\" }},\n]{}",
+        &bad[..start],
+        &bad[end..]
+    );
+    let bad_path = dir.join("bad").join("sm90-nvlink.toml");
+    std::fs::create_dir_all(bad_path.parent().unwrap()).unwrap();
+    common::write(&bad_path, &nccl_only);
+    let mut args = vec!["verify", bad_path.to_str().unwrap()];
+    args.extend(common_args);
+    let out = tuner(&args);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("FAIL"));
+
+    let plots = dir.join("plots");
+    let out = tuner(&[
+        "plot",
+        evidence.to_str().unwrap(),
+        "--toml",
+        toml.to_str().unwrap(),
+        "-o",
+        plots.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for collective in ["all_reduce", "all_gather"] {
+        let svg = std::fs::read_to_string(plots.join(format!("{collective}-ws8-bf16-graph.svg")))
+            .unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(
+            svg.contains("one_shot_pull") && svg.contains("nccl"),
+            "legend names the algorithms"
+        );
+    }
+}
