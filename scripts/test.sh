@@ -19,6 +19,6 @@ export LD_LIBRARY_PATH="$nvrtc_dir/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRAR
 # With this set, a missing NVRTC fails the kernel compile test instead of skipping it.
 export KERNELS_REQUIRE_NVRTC=1
 
-cargo test --workspace --all-targets "$@"
+cargo test --workspace --all-targets --no-fail-fast "$@"
 # Doc tests (not part of --all-targets).
-cargo test --workspace --doc "$@"
+cargo test --workspace --doc --no-fail-fast "$@"

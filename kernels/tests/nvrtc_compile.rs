@@ -59,8 +59,8 @@ fn compiling_twice_hits_the_cache() {
         return;
     }
     let first = compile_for(Arch::SM90).unwrap();
-    let start = std::time::Instant::now();
     let second = compile_for(Arch::SM90).unwrap();
+    // The same allocation comes back: the second call compiled nothing. (No timing
+    // assertion: on a loaded machine a cache hit can still wait on the lock.)
     assert!(std::sync::Arc::ptr_eq(&first, &second));
-    assert!(start.elapsed() < std::time::Duration::from_millis(50));
 }
