@@ -8,6 +8,7 @@
 # Layout produced:
 #   .carry/bin/tests/<name>         one executable per test target of `kernels`
 #   .carry/bin/collective-bench     the benchmark
+#   .carry/bin/multiprocess         the one-process-per-rank example (gpu_processes drives it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,13 +30,14 @@ cargo test -p kernels --release --no-run --message-format=json 2>/dev/null \
       cp "$exe" "$out/tests/$name"
     done
 
-cargo build -p kernels --release --bin collective-bench
+cargo build -p kernels --release --bin collective-bench --example multiprocess
 target_dir=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | sed -e 's/.*:"//' -e 's/"$//')
 cp "$target_dir/release/collective-bench" "$out/collective-bench"
+cp "$target_dir/release/examples/multiprocess" "$out/multiprocess"
 
 # Keep the carry small: drop debug info (symbols stay for backtraces).
 if command -v strip >/dev/null; then
-  strip --strip-debug "$out"/tests/* "$out/collective-bench"
+  strip --strip-debug "$out"/tests/* "$out/collective-bench" "$out/multiprocess"
 fi
 
 ls -l "$out" "$out/tests"

@@ -7,6 +7,7 @@
 #   scripts/gpu-run.sh timeout          # only tests whose name contains "timeout"
 #   BENCH_ARGS="--world 4" scripts/gpu-run.sh
 #   SKIP_BENCH=1 scripts/gpu-run.sh
+#   EXE_TIMEOUT=120 scripts/gpu-run.sh  # bound per test executable, seconds (default 420)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # The NVRTC compile test must not skip here.
 export KERNELS_REQUIRE_NVRTC=1
 export RUST_BACKTRACE=1
+# gpu_processes drives the one-process-per-rank example.
+export COLLTUNE_MULTIPROCESS_EXE="$PWD/$bin/multiprocess"
 
 if [ ! -d "$bin/tests" ]; then
   echo "no $bin/tests: run scripts/gpu-build.sh on the build machine and carry .carry/bin" >&2
@@ -34,13 +37,13 @@ cat "$out/nvidia-smi.txt"
 status=0
 summary=""
 # Fast CPU and compile checks first, then the GPU suites.
-for name in kernels_unit nvrtc_compile gpu_loopback gpu_devices; do
+for name in kernels_unit nvrtc_compile gpu_processes gpu_loopback gpu_devices; do
   exe="$bin/tests/$name"
   [ -x "$exe" ] || continue
   echo "=== $name"
   start=$(date +%s)
   # A per-executable bound, so one hang cannot eat the whole run.
-  timeout --signal=KILL 420 "$exe" --include-ignored --test-threads=1 --nocapture ${filter:+"$filter"} \
+  timeout --signal=KILL "${EXE_TIMEOUT:-420}" "$exe" --include-ignored --test-threads=1 --nocapture ${filter:+"$filter"} \
     > "$out/$name.log" 2>&1
   rc=$?
   took=$(( $(date +%s) - start ))

@@ -148,3 +148,64 @@ pub(crate) fn driver_cuda_version() -> Result<i32> {
         .during("cuDriverGetVersion")?;
     Ok(version)
 }
+
+/// `cuIpcGetMemHandle`: the 64 bytes another process needs to map the
+/// allocation at `ptr` (which must come from plain `cuMemAlloc`). The caller's
+/// context must be current.
+pub(crate) fn ipc_get_mem_handle(ptr: sys::CUdeviceptr) -> Result<[u8; 64]> {
+    let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
+    // SAFETY: writes one handle.
+    unsafe { sys::cuIpcGetMemHandle(&mut handle, ptr) }
+        .result()
+        .during("cuIpcGetMemHandle")?;
+    Ok(handle.reserved.map(|c| c as u8))
+}
+
+/// `cuIpcOpenMemHandle` with lazy peer access: maps another process's
+/// allocation into the current context. Close it with [`ipc_close_mem_handle`].
+pub(crate) fn ipc_open_mem_handle(handle: &[u8; 64]) -> Result<sys::CUdeviceptr> {
+    let raw = sys::CUipcMemHandle {
+        reserved: handle.map(|b| b as std::ffi::c_char),
+    };
+    let mut ptr: sys::CUdeviceptr = 0;
+    let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
+    // SAFETY: writes one pointer; the handle is plain bytes the driver validates.
+    unsafe { sys::cuIpcOpenMemHandle_v2(&mut ptr, raw, flags) }
+        .result()
+        .during("cuIpcOpenMemHandle")?;
+    Ok(ptr)
+}
+
+/// `cuIpcCloseMemHandle`. The caller's context must be current and no work may
+/// use `ptr` any more.
+pub(crate) unsafe fn ipc_close_mem_handle(ptr: sys::CUdeviceptr) -> Result<()> {
+    // SAFETY: the caller guarantees `ptr` came from `ipc_open_mem_handle`.
+    unsafe { sys::cuIpcCloseMemHandle(ptr) }
+        .result()
+        .during("cuIpcCloseMemHandle")
+}
+
+/// The PCI bus id of `device`, e.g. "0000:19:00.0".
+pub(crate) fn pci_bus_id(device: sys::CUdevice) -> Result<String> {
+    let mut raw = [0 as std::ffi::c_char; 32];
+    // SAFETY: writes at most `raw.len()` bytes, NUL-terminated.
+    unsafe { sys::cuDeviceGetPCIBusId(raw.as_mut_ptr(), raw.len() as i32, device) }
+        .result()
+        .during("cuDeviceGetPCIBusId")?;
+    let bytes: Vec<u8> = raw
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The device with PCI bus id `bus_id` as this process sees it, or `None` when
+/// it is not visible here (e.g. hidden by `CUDA_VISIBLE_DEVICES`).
+pub(crate) fn device_by_pci_bus_id(bus_id: &str) -> Option<sys::CUdevice> {
+    let text = std::ffi::CString::new(bus_id).ok()?;
+    let mut device: sys::CUdevice = 0;
+    // SAFETY: reads a NUL-terminated string, writes one device.
+    let result = unsafe { sys::cuDeviceGetByPCIBusId(&mut device, text.as_ptr()) };
+    (result == sys::CUresult::CUDA_SUCCESS).then_some(device)
+}

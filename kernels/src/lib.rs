@@ -4,12 +4,16 @@
 //!
 //! Layers, bottom to top (the shape of cudarc's `sys` → `result` → `safe`):
 //! - [`ffi`]: library presence checks and raw driver calls; [`memory`]: plain
-//!   device allocations; [`peer`]: peer access and link detection;
+//!   device allocations; [`ipc`]: exporting them to and mapping them from other
+//!   processes; [`peer`]: peer access and link detection; [`rendezvous`]:
+//!   exchanging bytes between the processes of a world (NCCL or files);
 //! - [`module`]: the CUDA sources (`kernels/cuda/*.cu`), compiled once per
 //!   process and architecture; [`protocol`]: pure host logic (buffer layout,
 //!   counters, decline rules, launch shapes), unit-tested on the CPU;
 //! - [`algorithms`]: one launch wrapper per algorithm; `nccl`: NCCL;
-//! - [`comm`]: [`World`] builds ranks, [`RankComm`] runs collectives;
+//! - [`comm`]: [`World`] builds ranks (all ranks of a single-process world, or
+//!   this process's rank of a world of processes: [`World::process`]),
+//!   [`RankComm`] runs collectives;
 //! - [`timing`]: measurement and verification for the tuner and the bench.
 //!
 //! ```no_run
@@ -41,23 +45,27 @@
 pub mod algorithms;
 pub mod comm;
 pub mod concurrent;
+mod drain;
 pub mod element;
 pub mod error;
 pub mod ffi;
+pub mod ipc;
 pub mod memory;
 pub mod module;
 mod nccl;
 pub mod peer;
 pub mod protocol;
+pub mod rendezvous;
 mod selection;
 pub mod timing;
 pub mod validation;
 pub mod vocab;
 
-pub use comm::{Fallback, Options, RankComm, Select, World};
+pub use comm::{Fallback, Join, Options, ProcessSpec, RankComm, Select, World};
 pub use element::Element;
 pub use error::{Error, Result};
-pub use nccl::nccl_version;
+pub use nccl::{NcclId, nccl_version};
 pub use protocol::decline::Decline;
+pub use rendezvous::{FileRendezvous, Rendezvous};
 pub use selection::table_choice;
 pub use vocab::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query};

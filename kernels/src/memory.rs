@@ -74,6 +74,13 @@ impl DeviceBuffer {
         // SAFETY: the range lies within this live allocation (asserted above).
         unsafe { ffi::copy_words_to_host(self.ptr + first as u64 * 4, out) }
     }
+
+    /// Gives the allocation up without freeing it: for a world whose streams
+    /// never drained (a hung peer), where the free would wait forever. The
+    /// memory returns to the driver when the process exits.
+    pub(crate) fn leak(self) {
+        std::mem::forget(self);
+    }
 }
 
 impl Drop for DeviceBuffer {

@@ -114,18 +114,26 @@ pub fn nvrtc_target(arch: Arch) -> String {
 /// Compiles the kernels for `arch`, once per process; later calls return the
 /// cached result. Needs NVRTC, not a GPU.
 pub fn compile_for(arch: Arch) -> Result<Arc<CompiledKernels>> {
-    static CACHE: OnceLock<Mutex<HashMap<Arch, Arc<CompiledKernels>>>> = OnceLock::new();
+    type Slot = Arc<Mutex<Option<Arc<CompiledKernels>>>>;
+    static CACHE: OnceLock<Mutex<HashMap<Arch, Slot>>> = OnceLock::new();
     ffi::require_nvrtc()?;
-    // Holding the lock while compiling makes concurrent first calls compile once.
-    let mut cache = CACHE
+    // One slot per architecture: the map's lock is held only to find the slot,
+    // and the slot's lock while compiling, so concurrent first calls for one
+    // architecture compile once and a cached architecture never waits for
+    // another one being compiled.
+    let slot = CACHE
         .get_or_init(Default::default)
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(hit) = cache.get(&arch) {
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .entry(arch)
+        .or_default()
+        .clone();
+    let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(hit) = &*slot {
         return Ok(hit.clone());
     }
     let compiled = Arc::new(compile_uncached(arch)?);
-    cache.insert(arch, compiled.clone());
+    *slot = Some(compiled.clone());
     Ok(compiled)
 }
 

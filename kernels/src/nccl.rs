@@ -3,8 +3,11 @@
 //! need, and panics when dropped after a failure).
 
 use std::ffi::CStr;
+use std::fmt;
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::nccl::sys;
 
 use crate::error::{Error, Result};
@@ -15,6 +18,9 @@ use crate::vocab::DType;
 #[derive(Debug)]
 pub(crate) struct NcclComm {
     comm: sys::ncclComm_t,
+    /// Abort instead of destroying on drop: set when work on the communicator
+    /// never finished (a dead peer), where `ncclCommDestroy` would wait forever.
+    abort_on_drop: bool,
 }
 
 // SAFETY: an NCCL communicator may be used from any thread as long as calls on
@@ -64,7 +70,100 @@ impl NcclComm {
         check("ncclCommInitAll", unsafe {
             sys::ncclCommInitAll(comms.as_mut_ptr(), ordinals.len() as i32, ordinals.as_ptr())
         })?;
-        Ok(comms.into_iter().map(|comm| NcclComm { comm }).collect())
+        Ok(comms
+            .into_iter()
+            .map(|comm| NcclComm {
+                comm,
+                abort_on_drop: false,
+            })
+            .collect())
+    }
+
+    /// Rank `rank` of a world of `world` processes that share `id`
+    /// (`ncclCommInitRank`) on `ctx`'s device. NCCL blocks until every rank has
+    /// joined, so the call runs on a helper thread and gives up after `timeout`
+    /// with [`Error::Timeout`]; the helper is then left blocked in NCCL (the
+    /// process is expected to report the error and exit).
+    pub(crate) fn init_rank(
+        ctx: &Arc<CudaContext>,
+        world: usize,
+        rank: usize,
+        id: &NcclId,
+        timeout: Duration,
+    ) -> Result<NcclComm> {
+        ffi::require_nccl()?;
+        struct Raw(sys::ncclComm_t);
+        // SAFETY: the pointer is only handed over, never used concurrently.
+        unsafe impl Send for Raw {}
+        let (send, receive) = mpsc::channel::<Result<Raw>>();
+        let ctx = ctx.clone();
+        let raw_id = sys::ncclUniqueId {
+            internal: id.0.map(|b| b as std::ffi::c_char),
+        };
+        std::thread::Builder::new()
+            .name("colltune-nccl-init".into())
+            .spawn(move || {
+                // NCCL picks the device from the thread's current context.
+                let result = ctx
+                    .bind_to_thread()
+                    .map_err(|e| Error::driver("binding the context for ncclCommInitRank", e))
+                    .and_then(|()| {
+                        let mut comm = std::ptr::null_mut();
+                        // SAFETY: writes one communicator.
+                        check("ncclCommInitRank", unsafe {
+                            sys::ncclCommInitRank(&mut comm, world as i32, raw_id, rank as i32)
+                        })?;
+                        Ok(Raw(comm))
+                    });
+                // Nobody listens any more after a timeout; the communicator leaks.
+                let _ = send.send(result);
+            })
+            .map_err(|e| Error::Unsupported(format!("spawning the NCCL init thread: {e}")))?;
+        match receive.recv_timeout(timeout) {
+            Ok(result) => result.map(|raw| NcclComm {
+                comm: raw.0,
+                abort_on_drop: false,
+            }),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout {
+                rank,
+                peer: None,
+                during: format!(
+                    "ncclCommInitRank (waiting for all {world} ranks to join with the same NCCL \
+                     unique id)"
+                ),
+                timeout,
+            }),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Unsupported(
+                "the NCCL init thread ended without an answer".into(),
+            )),
+        }
+    }
+
+    /// All-gather of `count` bytes per rank (the rendezvous over NCCL).
+    pub(crate) fn all_gather_bytes(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        // SAFETY: `send` holds `count` bytes and `recv` world x count, on this
+        // communicator's device; the stream belongs to that device.
+        check("ncclAllGather", unsafe {
+            sys::ncclAllGather(
+                send as *const _,
+                recv as *mut _,
+                count,
+                sys::ncclDataType_t::ncclUint8,
+                self.comm,
+                stream.cu_stream() as _,
+            )
+        })
+    }
+
+    /// Makes drop abort the communicator (see `abort_on_drop`).
+    pub(crate) fn abort_on_drop(&mut self) {
+        self.abort_on_drop = true;
     }
 
     /// Sum all-reduce of `count` elements (in place when `send == recv`).
@@ -130,9 +229,16 @@ impl NcclComm {
 
 impl Drop for NcclComm {
     fn drop(&mut self) {
-        // The owner synchronised its stream; destroying cannot fail usefully here.
-        // SAFETY: created by ncclCommInitAll and destroyed only here.
-        let _ = unsafe { sys::ncclCommDestroy(self.comm) };
+        // The owner drained its stream (or set abort_on_drop because it could
+        // not); neither call can fail usefully here.
+        // SAFETY: created by ncclCommInitAll/InitRank and released only here.
+        let _ = unsafe {
+            if self.abort_on_drop {
+                sys::ncclCommAbort(self.comm)
+            } else {
+                sys::ncclCommDestroy(self.comm)
+            }
+        };
     }
 }
 
@@ -154,4 +260,64 @@ pub fn nccl_version() -> Option<String> {
         (code / 100) % 100,
         code % 100
     ))
+}
+
+/// NCCL's unique id: 128 bytes that one process creates ([`NcclId::new`]) and
+/// hands to every process of the world (engines already share it, e.g. through
+/// a file or their launcher). `cudarc::nccl::Id::internal()` converts with
+/// [`NcclId::from_c_chars`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct NcclId(pub [u8; 128]);
+
+impl NcclId {
+    /// A fresh id (`ncclGetUniqueId`). NCCL's bootstrap root runs in the calling
+    /// process, which must stay alive until every rank has joined.
+    pub fn new() -> Result<NcclId> {
+        ffi::require_nccl()?;
+        let mut raw = sys::ncclUniqueId { internal: [0; 128] };
+        // SAFETY: writes one id.
+        check("ncclGetUniqueId", unsafe { sys::ncclGetUniqueId(&mut raw) })?;
+        Ok(Self::from_c_chars(&raw.internal))
+    }
+
+    pub fn from_c_chars(raw: &[std::ffi::c_char; 128]) -> NcclId {
+        NcclId(raw.map(|c| c as u8))
+    }
+
+    /// 256 lower-case hex digits (for environment variables and files).
+    pub fn to_hex(&self) -> String {
+        crate::ipc::hex_encode(&self.0)
+    }
+
+    pub fn from_hex(text: &str) -> Result<NcclId> {
+        let bytes = crate::ipc::hex_decode(text)
+            .filter(|b| b.len() == 128)
+            .ok_or_else(|| {
+                Error::Mismatch("an NCCL unique id is 256 hex digits (128 bytes)".into())
+            })?;
+        let mut id = [0u8; 128];
+        id.copy_from_slice(&bytes);
+        Ok(NcclId(id))
+    }
+}
+
+impl fmt::Debug for NcclId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NcclId({}…)", &self.to_hex()[..16])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_through_hex() {
+        let mut bytes = [0u8; 128];
+        bytes[0] = 2;
+        bytes[127] = 0xfe;
+        let id = NcclId(bytes);
+        assert_eq!(NcclId::from_hex(&id.to_hex()).unwrap(), id);
+        assert!(NcclId::from_hex("00").is_err());
+    }
 }

@@ -22,6 +22,19 @@ impl Selector {
             .map_err(|e| Error::Policy(e.to_string()))
     }
 
+    /// The tables plus an override given as text (`COLLTUNE_ALGO`'s syntax).
+    #[cfg(test)]
+    pub(crate) fn from_spec(spec: &str) -> Result<Selector> {
+        policy::Policy::from_spec(spec)
+            .map(|policy| Selector { policy })
+            .map_err(|e| Error::Policy(e.to_string()))
+    }
+
+    /// The override in force, for the configuration every rank must share.
+    pub(crate) fn describe(&self) -> String {
+        format!("{:?}", self.policy)
+    }
+
     pub(crate) fn select(&self, query: Query) -> Algo {
         self.policy.select(query)
     }

@@ -1,12 +1,15 @@
 //! The communicator: a world of ranks and the collectives each rank runs.
 
 mod dispatch;
+mod identity;
 mod options;
+mod process;
 mod rank;
 mod registration;
 mod world;
 
 pub use options::{Fallback, Options, Select};
+pub use process::{Join, ProcessSpec};
 pub use rank::RankComm;
 pub use world::World;
 pub(crate) use world::{arch_of, sm_count};

@@ -9,7 +9,10 @@ use crate::vocab::{Algo, Mode};
 pub struct Options {
     /// Bound on every device-side wait for a peer. A rank whose peer does not
     /// arrive within it records a fault that [`RankComm::check`](super::RankComm::check)
-    /// returns as [`Error::Timeout`](crate::Error::Timeout). Default 1 s.
+    /// returns as [`Error::Timeout`](crate::Error::Timeout). Default 1 s: far
+    /// above a healthy wait, including processes that share one GPU, whose
+    /// contexts are time-sliced (about 2.2 ms per exchange on an H200), and short
+    /// enough that a dead peer is reported quickly.
     pub timeout: Duration,
     /// Bound on how long [`RankComm::check`](super::RankComm::check) waits for a stream
     /// to drain (catches hangs the kernels cannot bound, e.g. an NCCL peer that
@@ -23,6 +26,12 @@ pub struct Options {
     pub threads: Option<u32>,
     /// Print the first decline of each kind to stderr. Default true.
     pub log_declines: bool,
+    /// A world of processes ([`World::process`](super::World::process)): bound on
+    /// each step of forming the world (NCCL init, every rendezvous round) and on
+    /// the goodbye when a rank is dropped. A peer that never joins ends in
+    /// [`Error::Timeout`](crate::Error::Timeout) after it. Default 60 s: processes
+    /// start at different times and each compiles the kernels.
+    pub join_timeout: Duration,
 }
 
 impl Default for Options {
@@ -33,6 +42,7 @@ impl Default for Options {
             blocks: None,
             threads: None,
             log_declines: true,
+            join_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -79,5 +89,6 @@ mod tests {
         assert_eq!(o.timeout, Duration::from_secs(1));
         assert!(o.drain_timeout > o.timeout);
         assert!(o.blocks.is_none() && o.threads.is_none() && o.log_declines);
+        assert!(o.join_timeout > o.timeout);
     }
 }

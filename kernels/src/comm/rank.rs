@@ -2,13 +2,15 @@
 //! buffers, NCCL (or the loopback reference) and the policy.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::{CudaGraph, CudaStream, sys};
 
 use super::options::{Fallback, Options};
+use super::process::Membership;
 use super::registration::Registration;
 use crate::algorithms::CollArgs;
+use crate::drain::drain_within;
 use crate::error::{DriverContext, Error, Result};
 use crate::module::KernelSet;
 use crate::nccl::NcclComm;
@@ -43,6 +45,11 @@ pub struct RankComm {
     pub(crate) nccl: Option<NcclComm>,
     pub(crate) selector: Selector,
     pub(crate) options: Options,
+    /// A world of processes: how this rank talks to the others (the goodbye).
+    pub(crate) membership: Option<Membership>,
+    /// Set once `check` reported a timeout: the world is out of step for good,
+    /// so drop skips the goodbye the peers will not answer.
+    pub(crate) broken: AtomicBool,
 }
 
 impl std::fmt::Debug for RankComm {
@@ -101,6 +108,14 @@ impl RankComm {
     /// a peer that did not arrive within `Options::timeout` becomes
     /// [`Error::Timeout`]. Not to be called while the stream is being captured.
     pub fn check(&self) -> Result<()> {
+        let outcome = self.check_inner();
+        if let Err(Error::Timeout { .. }) = outcome {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+        outcome
+    }
+
+    fn check_inner(&self) -> Result<()> {
         self.drain()?;
         let (error, info) = self.shared.registration.error_words(self.rank)?;
         if let Some(fault) = DeviceFault::decode(error, info) {
@@ -118,33 +133,21 @@ impl RankComm {
     }
 
     /// Waits for the stream with a deadline instead of blocking in the driver,
-    /// so a hang the kernels cannot bound still ends in an error.
+    /// so a hang the kernels cannot bound still ends in an error. NCCL's
+    /// asynchronous errors (a failed peer) end the wait early.
     fn drain(&self) -> Result<()> {
-        let done = self
-            .stream
-            .record_event(None)
-            .during("recording an event to drain the stream")?;
-        let start = Instant::now();
-        loop {
-            if done.try_is_complete().during("waiting for the stream")? {
-                return Ok(());
-            }
-            let waited = start.elapsed();
-            if waited > self.options.drain_timeout {
-                return Err(Error::Timeout {
-                    rank: self.rank,
-                    peer: None,
-                    during: "waiting for the stream to drain (host side; NCCL or other work \
-                             that never finished)"
-                        .into(),
-                    timeout: self.options.drain_timeout,
-                });
-            }
-            if waited < Duration::from_millis(1) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(100));
-            }
+        let poll = || self.nccl.as_ref().map_or(Ok(()), |n| n.async_error());
+        if drain_within(&self.stream, self.options.drain_timeout, poll)? {
+            Ok(())
+        } else {
+            Err(Error::Timeout {
+                rank: self.rank,
+                peer: None,
+                during: "waiting for the stream to drain (host side; NCCL or other work that \
+                         never finished)"
+                    .into(),
+                timeout: self.options.drain_timeout,
+            })
         }
     }
 
@@ -173,7 +176,27 @@ impl RankComm {
 
 impl Drop for RankComm {
     fn drop(&mut self) {
-        // NCCL and the registered buffers must not be torn down under running work.
-        let _ = self.stream.synchronize();
+        // NCCL and the registered buffers must not be torn down under running
+        // work, but a stream that never drains (a dead NCCL peer) must not hang
+        // the drop either: then NCCL is aborted and the memory leaked.
+        let drained = self.drain().is_ok();
+        if !drained {
+            self.shared.registration.wedge();
+            if let Some(nccl) = &mut self.nccl {
+                nccl.abort_on_drop();
+            }
+        }
+        // A world of processes frees this rank's memory only once every peer has
+        // finished reading it: peers say goodbye after draining their streams.
+        if let Some(membership) = &mut self.membership
+            && drained
+            && !self.broken.load(Ordering::Relaxed)
+            && let Err(e) = membership.leave(self.nccl.as_ref(), &self.stream)
+        {
+            eprintln!(
+                "colltune: rank {}: no goodbye from every peer ({e}); freeing anyway",
+                self.rank
+            );
+        }
     }
 }

@@ -1,30 +1,128 @@
 //! The buffers a world registers once, when it is built: per rank a control
 //! block, a push region armed with the sentinel and a staging region. Kernels
 //! address peers' buffers through pointer tables built from these, so CUDA-graph
-//! replays never need host work.
+//! replays never need host work. The same layout serves every topology: peers in
+//! this process address each other's allocations directly, peers in other
+//! processes map them with CUDA IPC.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::algorithms::CollArgs;
 use crate::error::{DriverContext, Result};
+use crate::ipc::{IpcHandle, PeerMapping};
 use crate::memory::DeviceBuffer;
 use crate::protocol::layout::BufferPlan;
 use crate::protocol::{SENTINEL, ctrl};
 
-struct RankMemory {
+/// One rank's registered memory, allocated with plain `cuMemAlloc` so that it
+/// can be exported to other processes (CUDA IPC) as well as used by peers of
+/// this process.
+pub(crate) struct RankMemory {
     ctrl: DeviceBuffer,
     push: DeviceBuffer,
     staging: DeviceBuffer,
 }
 
-/// Every rank's registered memory; shared by all ranks of a world (each needs
-/// its peers' addresses), freed when the last rank is dropped.
+impl RankMemory {
+    /// Allocates per `plan` on `ctx`'s device and initialises on `stream`
+    /// (control block zeroed, push region armed with the sentinel). The caller
+    /// synchronises `stream` before any peer may use it.
+    pub(crate) fn new(
+        ctx: &Arc<CudaContext>,
+        stream: &CudaStream,
+        plan: &BufferPlan,
+    ) -> Result<RankMemory> {
+        let memory = RankMemory {
+            ctrl: DeviceBuffer::alloc(ctx, ctrl::BYTES)?,
+            push: DeviceBuffer::alloc(ctx, plan.push_region_bytes() as usize)?,
+            staging: DeviceBuffer::alloc(ctx, plan.staging_region_bytes() as usize)?,
+        };
+        memory.ctrl.fill_words(stream, 0)?;
+        memory.push.fill_words(stream, SENTINEL)?;
+        memory.staging.fill_words(stream, 0)?;
+        Ok(memory)
+    }
+
+    /// The IPC handles of the three buffers: control block, push, staging.
+    pub(crate) fn ipc_handles(&self) -> Result<[IpcHandle; 3]> {
+        Ok([
+            self.ctrl.ipc_handle()?,
+            self.push.ipc_handle()?,
+            self.staging.ipc_handle()?,
+        ])
+    }
+
+    fn addresses(&self) -> [u64; 3] {
+        [self.ctrl.ptr(), self.push.ptr(), self.staging.ptr()]
+    }
+
+    fn leak(self) {
+        self.ctrl.leak();
+        self.push.leak();
+        self.staging.leak();
+    }
+}
+
+/// A peer process's registered memory, mapped into this process (CUDA IPC).
+pub(crate) struct MappedMemory {
+    ctrl: PeerMapping,
+    push: PeerMapping,
+    staging: PeerMapping,
+}
+
+impl MappedMemory {
+    /// Opens the three handles `RankMemory::ipc_handles` gave in the peer.
+    pub(crate) fn open(ctx: &Arc<CudaContext>, handles: &[IpcHandle; 3]) -> Result<MappedMemory> {
+        Ok(MappedMemory {
+            ctrl: PeerMapping::open(ctx, &handles[0])?,
+            push: PeerMapping::open(ctx, &handles[1])?,
+            staging: PeerMapping::open(ctx, &handles[2])?,
+        })
+    }
+
+    fn addresses(&self) -> [u64; 3] {
+        [self.ctrl.ptr(), self.push.ptr(), self.staging.ptr()]
+    }
+
+    fn leak(self) {
+        self.ctrl.leak();
+        self.push.leak();
+        self.staging.leak();
+    }
+}
+
+/// Where one rank's buffers come from, as seen by this process.
+pub(crate) enum Slot {
+    Owned(RankMemory),
+    Mapped(MappedMemory),
+    /// A world of processes whose custom kernels cannot run: peers' buffers
+    /// are never addressed.
+    Absent,
+}
+
+impl Slot {
+    fn addresses(&self) -> [u64; 3] {
+        match self {
+            Slot::Owned(m) => m.addresses(),
+            Slot::Mapped(m) => m.addresses(),
+            Slot::Absent => [0; 3],
+        }
+    }
+}
+
+/// Every rank's registered memory as this process sees it; shared by the ranks
+/// of a single-process world (each needs its peers' addresses), freed when the
+/// last of them is dropped. In a world of processes, this rank's memory is
+/// owned and every peer's is mapped.
 pub(crate) struct Registration {
-    ranks: Vec<RankMemory>,
+    slots: Vec<Slot>,
     streams: Vec<Arc<CudaStream>>,
     plan: BufferPlan,
+    /// Set when a stream never drained: drop then leaks instead of waiting.
+    wedged: AtomicBool,
 }
 
 impl Registration {
@@ -35,28 +133,36 @@ impl Registration {
         streams: &[Arc<CudaStream>],
         plan: BufferPlan,
     ) -> Result<Registration> {
-        let mut ranks = Vec::with_capacity(contexts.len());
+        let mut slots = Vec::with_capacity(contexts.len());
         for (ctx, stream) in contexts.iter().zip(streams) {
-            let memory = RankMemory {
-                ctrl: DeviceBuffer::alloc(ctx, ctrl::BYTES)?,
-                push: DeviceBuffer::alloc(ctx, plan.push_region_bytes() as usize)?,
-                staging: DeviceBuffer::alloc(ctx, plan.staging_region_bytes() as usize)?,
-            };
-            memory.ctrl.fill_words(stream, 0)?;
-            memory.push.fill_words(stream, SENTINEL)?;
-            memory.staging.fill_words(stream, 0)?;
-            ranks.push(memory);
+            slots.push(Slot::Owned(RankMemory::new(ctx, stream, &plan)?));
         }
         for stream in streams {
             stream
                 .synchronize()
                 .during("initialising registered buffers")?;
         }
-        Ok(Registration {
-            ranks,
-            streams: streams.to_vec(),
+        Ok(Registration::from_slots(slots, streams.to_vec(), plan))
+    }
+
+    /// A registration whose buffers are ready: `slots[r]` is rank r's memory,
+    /// `streams` every stream of this process that uses them.
+    pub(crate) fn from_slots(
+        slots: Vec<Slot>,
+        streams: Vec<Arc<CudaStream>>,
+        plan: BufferPlan,
+    ) -> Registration {
+        Registration {
+            slots,
+            streams,
             plan,
-        })
+            wedged: AtomicBool::new(false),
+        }
+    }
+
+    /// Makes drop leak the memory instead of synchronising and freeing it.
+    pub(crate) fn wedge(&self) {
+        self.wedged.store(true, Ordering::Relaxed);
     }
 
     pub(crate) fn plan(&self) -> &BufferPlan {
@@ -70,13 +176,14 @@ impl Registration {
             staging_bytes: self.plan.staging_half_bytes,
             timeout_ns,
             rank: rank as u32,
-            world: self.ranks.len() as u32,
+            world: self.slots.len() as u32,
             ..CollArgs::default()
         };
-        for (r, memory) in self.ranks.iter().enumerate() {
-            args.push_bufs[r] = memory.push.ptr();
-            args.staging[r] = memory.staging.ptr();
-            args.ctrls[r] = memory.ctrl.ptr();
+        for (r, slot) in self.slots.iter().enumerate() {
+            let [ctrl, push, staging] = slot.addresses();
+            args.ctrls[r] = ctrl;
+            args.push_bufs[r] = push;
+            args.staging[r] = staging;
         }
         args
     }
@@ -85,15 +192,30 @@ impl Registration {
     /// rank's stream has drained.
     pub(crate) fn error_words(&self, rank: usize) -> Result<(u32, u32)> {
         let mut words = [0u32; 2];
-        self.ranks[rank].ctrl.read_words(ctrl::ERROR, &mut words)?;
+        match &self.slots[rank] {
+            Slot::Owned(memory) => memory.ctrl.read_words(ctrl::ERROR, &mut words)?,
+            _ => unreachable!("a rank reads only its own control block"),
+        }
         Ok((words[0], words[1]))
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        if self.wedged.load(Ordering::Relaxed) {
+            // Some stream never drained: synchronising or freeing would wait for
+            // it forever. Give the memory up; the process exits soon after.
+            for slot in self.slots.drain(..) {
+                match slot {
+                    Slot::Owned(m) => m.leak(),
+                    Slot::Mapped(m) => m.leak(),
+                    Slot::Absent => {}
+                }
+            }
+            return;
+        }
         // Peers' kernels read and write these buffers: let every rank's work end
-        // before any of them is freed.
+        // before any of them is freed (a world of processes also said goodbye).
         for stream in &self.streams {
             let _ = stream.synchronize();
         }

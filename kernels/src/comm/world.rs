@@ -1,6 +1,7 @@
 //! Building a world: the ranks, their registered buffers, kernels and NCCL.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
 
@@ -18,7 +19,9 @@ use crate::protocol::layout::{BufferPlan, Capacities};
 use crate::selection::{self, Selector};
 use crate::vocab::{Arch, Link};
 
-/// Constructors of the ranks of a single-process world.
+/// Constructors of the ranks of a world: [`World::loopback`] and
+/// [`World::devices`] build every rank of a single-process world;
+/// [`World::process`] builds this process's rank of a world of processes.
 pub struct World;
 
 impl World {
@@ -175,6 +178,28 @@ impl World {
     }
 }
 
+impl World {
+    /// This process's rank of a world of processes (one process per GPU, or
+    /// several processes sharing a GPU), on `stream`, which must belong to a
+    /// primary context (`CudaContext::new`) as NCCL requires. Every process calls
+    /// this with its own rank and the same world size and [`Join`]; it returns
+    /// once every rank has joined (bounded by `Options::join_timeout`).
+    ///
+    /// Custom kernels run when every pair of ranks can map the other's memory
+    /// (same host, P2P access or the same GPU); otherwise every call runs NCCL,
+    /// said once in the log. A configuration that differs between ranks (world
+    /// size, dtype, capacities, policy tables, kernels, launch shape) is an
+    /// [`Error::Mismatch`] naming the field and both values. See `kernels/GPU.md`,
+    /// "One process per GPU".
+    pub fn process(
+        stream: Arc<CudaStream>,
+        spec: super::ProcessSpec,
+        options: Options,
+    ) -> Result<RankComm> {
+        super::process::build(stream, spec, options)
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn assemble(
     streams: Vec<Arc<CudaStream>>,
@@ -205,12 +230,14 @@ fn assemble(
             nccl,
             selector: Selector::from_env()?,
             options: options.clone(),
+            membership: None,
+            broken: AtomicBool::new(false),
         });
     }
     Ok(ranks)
 }
 
-fn check_world_size(world_size: usize) -> Result<()> {
+pub(crate) fn check_world_size(world_size: usize) -> Result<()> {
     if (1..=MAX_WORLD).contains(&world_size) {
         Ok(())
     } else {
@@ -220,7 +247,7 @@ fn check_world_size(world_size: usize) -> Result<()> {
     }
 }
 
-fn launch_shape(
+pub(crate) fn launch_shape(
     options: &Options,
     world_size: usize,
     sms: u32,

@@ -8,9 +8,11 @@
 //! into `#define`s prepended to the sources before NVRTC compiles them.
 
 pub mod decline;
+pub mod digest;
 pub mod fault;
 pub mod grid;
 pub mod layout;
+pub mod reach;
 pub mod sequence;
 
 #[cfg(test)]

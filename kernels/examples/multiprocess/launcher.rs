@@ -1,0 +1,333 @@
+//! Starts the workers, relays what they say, bounds the run, and judges it.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::CudaContext;
+
+use crate::worker::{remove_dir, scratch_dir};
+use crate::{Cli, Gpus, JoinBy, code, env};
+
+/// A line from a worker, with when it arrived.
+struct Line {
+    rank: usize,
+    text: String,
+    at: Instant,
+}
+
+pub fn run(cli: &Cli) -> u8 {
+    match launch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("multiprocess: {e}");
+            code::ERROR
+        }
+    }
+}
+
+fn launch(cli: &Cli) -> Result<u8, String> {
+    let world = cli.world_size;
+    if world == 0 || world > kernels::protocol::MAX_WORLD {
+        return Err(format!(
+            "--world-size {world}: 1..={}",
+            kernels::protocol::MAX_WORLD
+        ));
+    }
+    if let Some(k) = cli.kill_rank.filter(|&k| k >= world) {
+        return Err(format!(
+            "--kill-rank {k} is not a rank of a world of {world}"
+        ));
+    }
+    kernels::ffi::require_driver().map_err(|e| e.to_string())?;
+    let gpus = CudaContext::device_count().map_err(|e| format!("counting GPUs: {e:?}"))? as usize;
+    if gpus == 0 {
+        return Err("no GPU is visible".into());
+    }
+    let one_per_gpu = match cli.gpus {
+        Gpus::Auto => gpus >= world && world > 1,
+        Gpus::Shared => false,
+        Gpus::OnePerGpu if gpus < world => {
+            return Err(format!(
+                "--gpus one-per-gpu needs {world} GPUs, {gpus} visible"
+            ));
+        }
+        Gpus::OnePerGpu => true,
+    };
+    let join = match cli.join_by {
+        JoinBy::Auto if one_per_gpu && kernels::ffi::nccl_present() => "nccl",
+        JoinBy::Auto | JoinBy::Files => "files",
+        JoinBy::Nccl => "nccl",
+    };
+    let dir = scratch_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    println!(
+        "multiprocess: world of {world} process(es) on {} (join: {join}); {}",
+        if one_per_gpu {
+            format!("{world} GPU(s), one each")
+        } else {
+            "GPU 0, shared".to_string()
+        },
+        if cli.matrix {
+            "every algorithm x dtype x eager/graph".to_string()
+        } else {
+            format!(
+                "{} all-reduces of {} per rank, algo {}",
+                cli.iters, cli.dtype, cli.algo
+            )
+        }
+    );
+    let outcome = supervise(cli, world, one_per_gpu, join, &dir);
+    remove_dir(&dir);
+    outcome
+}
+
+fn supervise(
+    cli: &Cli,
+    world: usize,
+    one_per_gpu: bool,
+    join: &str,
+    dir: &Path,
+) -> Result<u8, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (send, receive) = mpsc::channel::<Line>();
+    let started = Instant::now();
+    let mut children: Vec<Option<Child>> = Vec::with_capacity(world);
+    for rank in 0..world {
+        let mut child = Command::new(&exe)
+            .args(&args)
+            .env(env::WORKER, "1")
+            .env(env::RANK, rank.to_string())
+            .env(env::WORLD_SIZE, world.to_string())
+            .env(env::DEVICE, if one_per_gpu { rank } else { 0 }.to_string())
+            .env(env::DIR, dir)
+            .env(env::JOIN, join)
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting rank {rank}: {e}"))?;
+        let stdout = child.stdout.take().expect("piped");
+        let send = send.clone();
+        std::thread::spawn(move || {
+            for text in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = send.send(Line {
+                    rank,
+                    text,
+                    at: Instant::now(),
+                });
+            }
+        });
+        children.push(Some(child));
+    }
+    drop(send);
+
+    let deadline = started + Duration::from_secs(cli.deadline_s);
+    let mut exits: Vec<Option<(i32, Instant)>> = vec![None; world];
+    let mut lines: Vec<Line> = Vec::new();
+    let mut left_at: Option<Instant> = None;
+    loop {
+        while let Ok(line) = receive.try_recv() {
+            // CASE lines are many: only failures are shown.
+            if !line.text.starts_with("CASE ") || line.text.contains(" FAIL ") {
+                println!("[rank {}] {}", line.rank, line.text);
+            }
+            if line.text.starts_with("LEFT ") {
+                left_at = Some(line.at);
+            }
+            lines.push(line);
+        }
+        for (rank, slot) in children.iter_mut().enumerate() {
+            if let Some(child) = slot
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                exits[rank] = Some((status.code().unwrap_or(-1), Instant::now()));
+                *slot = None;
+            }
+        }
+        let survivors_done = (0..world)
+            .filter(|&r| Some(r) != cli.kill_rank)
+            .all(|r| exits[r].is_some());
+        if survivors_done && let Some(k) = cli.kill_rank {
+            // A stalled rank never ends by itself.
+            if let Some(child) = children[k].as_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+                children[k] = None;
+                exits[k].get_or_insert((-9, Instant::now()));
+            }
+        }
+        if exits.iter().all(Option::is_some) {
+            break;
+        }
+        if Instant::now() > deadline {
+            for (rank, slot) in children.iter_mut().enumerate() {
+                if let Some(child) = slot.as_mut() {
+                    eprintln!("multiprocess: rank {rank} still running at the deadline: killed");
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+            return Ok(code::ERROR);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The readers end with the workers' stdout.
+    std::thread::sleep(Duration::from_millis(50));
+    lines.extend(receive.try_iter());
+    let elapsed = started.elapsed();
+    let codes: Vec<i32> = exits.iter().map(|e| e.expect("exited").0).collect();
+    let verdict = if let Some(killed) = cli.kill_rank {
+        judge_kill(cli, killed, &exits, left_at)
+    } else if cli.mismatch.is_some() {
+        judge_mismatch(&codes, &lines)
+    } else {
+        judge_results(cli, &codes, &lines)
+    };
+    println!(
+        "multiprocess: {} in {:.1}s (exit codes {codes:?})",
+        match &verdict {
+            Ok(what) => format!("PASS: {what}"),
+            Err(what) => format!("FAIL: {what}"),
+        },
+        elapsed.as_secs_f64()
+    );
+    Ok(if verdict.is_ok() {
+        code::OK
+    } else {
+        code::WRONG
+    })
+}
+
+/// Every rank exited 0, and every result that promises identical bits has the
+/// same hash on every rank.
+fn judge_results(cli: &Cli, codes: &[i32], lines: &[Line]) -> Result<String, String> {
+    if let Some(r) = codes.iter().position(|&c| c != 0) {
+        return Err(format!("rank {r} exited with {}", codes[r]));
+    }
+    let field = |text: &str, name: &str| {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")).map(str::to_string))
+    };
+    // key -> rank -> (ran, exact, hash)
+    let mut results: BTreeMap<String, BTreeMap<usize, (String, String, String)>> = BTreeMap::new();
+    for line in lines {
+        let (key, rest) = if let Some(rest) = line.text.strip_prefix("CASE ") {
+            let mut words = rest.splitn(2, ' ');
+            (
+                words.next().unwrap_or("").to_string(),
+                words.next().unwrap_or(""),
+            )
+        } else if let Some(rest) = line.text.strip_prefix("SUMMARY ") {
+            ("summary".to_string(), rest)
+        } else {
+            continue;
+        };
+        let ran = field(rest, "ran")
+            .or_else(|| field(rest, "algos"))
+            .unwrap_or_default();
+        let exact = field(rest, "exact").unwrap_or_else(|| "1".into());
+        let hash = field(rest, "hash").unwrap_or_default();
+        results
+            .entry(key)
+            .or_default()
+            .insert(line.rank, (ran, exact, hash));
+    }
+    let world = codes.len();
+    let mut compared = 0;
+    for (key, per_rank) in &results {
+        if per_rank.len() != world {
+            return Err(format!(
+                "{key}: reported by {} of {world} ranks",
+                per_rank.len()
+            ));
+        }
+        let first = &per_rank[&0];
+        for (rank, other) in per_rank {
+            if other.0 != first.0 {
+                return Err(format!(
+                    "{key}: rank {rank} ran {}, rank 0 ran {}",
+                    other.0, first.0
+                ));
+            }
+            if first.1 == "1" && other.2 != first.2 {
+                return Err(format!(
+                    "{key}: rank {rank}'s result differs from rank 0's (hash {} vs {})",
+                    other.2, first.2
+                ));
+            }
+        }
+        compared += (key != "summary" && first.1 == "1") as usize;
+    }
+    Ok(if cli.matrix {
+        format!(
+            "{} cases on every rank, {compared} compared bit for bit across ranks",
+            results.len().saturating_sub(1)
+        )
+    } else {
+        format!("{} all-reduces per rank, all ranks agree", cli.iters)
+    })
+}
+
+/// The killed rank left; every survivor ended with a timeout within the bound.
+fn judge_kill(
+    cli: &Cli,
+    killed: usize,
+    exits: &[Option<(i32, Instant)>],
+    left_at: Option<Instant>,
+) -> Result<String, String> {
+    let left_at = left_at.ok_or_else(|| format!("rank {killed} never reported leaving"))?;
+    let timeout = Duration::from_millis(cli.timeout_ms.unwrap_or(1000));
+    // The device wait, plus process teardown and time-slicing on a shared GPU.
+    let bound = timeout + Duration::from_secs(20);
+    let mut slowest = Duration::ZERO;
+    for (rank, exit) in exits.iter().enumerate() {
+        if rank == killed {
+            continue;
+        }
+        let (code, at) = exit.expect("exited");
+        if code != code::TIMEOUT as i32 {
+            return Err(format!(
+                "survivor rank {rank} exited with {code}, not the timeout code {}",
+                code::TIMEOUT
+            ));
+        }
+        let took = at.saturating_duration_since(left_at);
+        if took > bound {
+            return Err(format!(
+                "survivor rank {rank} took {took:?} (bound {bound:?})"
+            ));
+        }
+        slowest = slowest.max(took);
+    }
+    Ok(format!(
+        "expected outcome: rank {killed} left ({:?}); every survivor reported Error::Timeout and \
+         exited within {:.2}s",
+        cli.kill_mode,
+        slowest.as_secs_f64()
+    ))
+}
+
+/// Every rank refused to form the world, naming the mismatched field.
+fn judge_mismatch(codes: &[i32], lines: &[Line]) -> Result<String, String> {
+    if let Some(r) = codes.iter().position(|&c| c != code::MISMATCH as i32) {
+        return Err(format!(
+            "rank {r} exited with {}, not the mismatch code {}",
+            codes[r],
+            code::MISMATCH
+        ));
+    }
+    let named = lines
+        .iter()
+        .filter(|l| l.text.starts_with("ERROR ") && l.text.contains("disagree on dtype"))
+        .count();
+    if named != codes.len() {
+        return Err(format!(
+            "{named} of {} ranks named the dtype in their error",
+            codes.len()
+        ));
+    }
+    Ok("expected outcome: every rank refused the world, naming dtype and both values".into())
+}

@@ -1,0 +1,140 @@
+//! One process per rank, as engines that shard a model run (candle's
+//! multiprocess example, mistral.rs): the launcher starts N copies of this
+//! program, each forms its rank with `World::process` and runs a few hundred
+//! all-reduces of decode-sized tensors, checking every result against a host
+//! reference; the launcher compares the ranks' results bit for bit.
+//!
+//! ```text
+//! cargo run --release -p kernels --example multiprocess -- --world-size 2 [--iters 300]
+//!     [--algo policy|nccl|one_shot_push|one_shot_pull|two_shot_pull] [--dtype bf16]
+//!     [--gpus auto|shared|one-per-gpu] [--join auto|nccl|files]
+//!     [--matrix] [--kill-rank 1 [--kill-mode exit|stall]] [--mismatch dtype]
+//! ```
+//!
+//! - `--gpus shared` puts every rank on GPU 0 (processes sharing a GPU, joined
+//!   through files: NCCL refuses two ranks on one GPU); `one-per-gpu` gives rank
+//!   r GPU r and joins through NCCL with a unique id rank 0 creates and shares
+//!   through a file, as engines do. `auto` picks `one-per-gpu` when there are
+//!   enough GPUs.
+//! - `--matrix` runs every algorithm x dtype x eager/graph x collective on a few
+//!   sizes instead of the decode loop.
+//! - `--kill-rank R` makes rank R leave before its next call halfway through
+//!   (`exit`: the process ends; `stall`: it stays alive but never calls again).
+//!   The survivors must end with `Error::Timeout`; the launcher reports that as
+//!   the expected outcome and exits 0.
+//! - `--mismatch dtype` makes rank 1 declare another dtype: every rank must
+//!   refuse to form the world, naming the field.
+//!
+//! Exit status: 0 when everything matched (or the requested failure happened as
+//! expected), non-zero otherwise. Workers exit with [`code::TIMEOUT`] after a
+//! timeout and [`code::MISMATCH`] when the world refused to form.
+
+mod launcher;
+mod matrix;
+mod worker;
+
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+
+/// Exit codes of a worker.
+pub mod code {
+    pub const OK: u8 = 0;
+    pub const WRONG: u8 = 1;
+    pub const TIMEOUT: u8 = 3;
+    pub const MISMATCH: u8 = 4;
+    pub const ERROR: u8 = 5;
+}
+
+/// Environment variables the launcher gives each worker.
+pub mod env {
+    /// Present (= 1) in workers only.
+    pub const WORKER: &str = "COLLTUNE_MP_WORKER";
+    pub const RANK: &str = "RANK";
+    pub const WORLD_SIZE: &str = "WORLD_SIZE";
+    /// The GPU ordinal of this rank.
+    pub const DEVICE: &str = "COLLTUNE_MP_DEVICE";
+    /// The launcher's scratch directory (rendezvous files).
+    pub const DIR: &str = "COLLTUNE_MP_DIR";
+    /// `nccl` or `files`.
+    pub const JOIN: &str = "COLLTUNE_MP_JOIN";
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Gpus {
+    Auto,
+    Shared,
+    OnePerGpu,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum JoinBy {
+    Auto,
+    Nccl,
+    Files,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KillMode {
+    Exit,
+    Stall,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mismatch {
+    Dtype,
+}
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "multiprocess",
+    about = "N processes, one rank each: all-reduces checked against a host reference"
+)]
+pub struct Cli {
+    #[arg(long, default_value_t = 2)]
+    pub world_size: usize,
+    /// All-reduces per rank in the decode loop.
+    #[arg(long, default_value_t = 300)]
+    pub iters: usize,
+    /// `policy` (the tables) or an algorithm to force.
+    #[arg(long, default_value = "policy")]
+    pub algo: String,
+    /// bf16, f16 or f32 (the decode loop).
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    #[arg(long, value_enum, default_value_t = Gpus::Auto)]
+    pub gpus: Gpus,
+    #[arg(long = "join", value_enum, default_value_t = JoinBy::Auto)]
+    pub join_by: JoinBy,
+    /// Every algorithm x dtype x eager/graph x collective instead of the loop.
+    #[arg(long)]
+    pub matrix: bool,
+    /// Graph replays per matrix case.
+    #[arg(long, default_value_t = 10)]
+    pub replays: usize,
+    #[arg(long)]
+    pub kill_rank: Option<usize>,
+    #[arg(long, value_enum, default_value_t = KillMode::Exit)]
+    pub kill_mode: KillMode,
+    /// The call before which the killed rank leaves (default: half the iterations).
+    #[arg(long)]
+    pub kill_after: Option<usize>,
+    #[arg(long, value_enum)]
+    pub mismatch: Option<Mismatch>,
+    /// Bound on every device-side wait, in ms (default: `Options::default()`).
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Bound on the whole run, in seconds; the launcher kills what is left.
+    #[arg(long, default_value_t = 300)]
+    pub deadline_s: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = if std::env::var_os(env::WORKER).is_some() {
+        worker::run(&cli)
+    } else {
+        launcher::run(&cli)
+    };
+    ExitCode::from(code)
+}

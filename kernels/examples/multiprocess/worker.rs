@@ -1,0 +1,295 @@
+//! One rank: form the world, run the decode loop (or the matrix), report.
+//!
+//! Lines on stdout that the launcher reads start with a tag: `JOINED`, `LEFT`,
+//! `CASE`, `SUMMARY`, `ERROR`. Everything else is for people.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::CudaContext;
+use half::{bf16, f16};
+use kernels::protocol::digest::fnv1a;
+use kernels::timing::poison;
+use kernels::validation::{check_all_reduce, random_inputs};
+use kernels::{
+    Algo, DType, Element, Error, Fallback, FileRendezvous, Join, Mode, NcclId, Options,
+    ProcessSpec, RankComm, Rendezvous, Select, World,
+};
+
+use crate::{Cli, KillMode, Mismatch, code, env};
+
+/// Why a worker stops, and the exit code that says so.
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        let code = match e {
+            Error::Timeout { .. } => code::TIMEOUT,
+            Error::Mismatch(_) => code::MISMATCH,
+            _ => code::ERROR,
+        };
+        Failure {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<cudarc::driver::DriverError> for Failure {
+    fn from(e: cudarc::driver::DriverError) -> Failure {
+        Failure {
+            code: code::ERROR,
+            message: format!("CUDA driver: {e:?}"),
+        }
+    }
+}
+
+/// Where this worker sits, from the launcher's environment.
+pub struct Place {
+    pub rank: usize,
+    pub world: usize,
+    pub device: usize,
+    pub dir: PathBuf,
+    pub join: String,
+}
+
+fn place() -> Result<Place, Failure> {
+    let var = |name: &str| {
+        std::env::var(name).map_err(|_| Failure {
+            code: code::ERROR,
+            message: format!("the launcher did not set {name}"),
+        })
+    };
+    let number = |name: &str| {
+        var(name)?.parse::<usize>().map_err(|e| Failure {
+            code: code::ERROR,
+            message: format!("{name}: {e}"),
+        })
+    };
+    Ok(Place {
+        rank: number(env::RANK)?,
+        world: number(env::WORLD_SIZE)?,
+        device: number(env::DEVICE)?,
+        dir: PathBuf::from(var(env::DIR)?),
+        join: var(env::JOIN)?,
+    })
+}
+
+pub fn run(cli: &Cli) -> u8 {
+    let place = match place() {
+        Ok(place) => place,
+        Err(f) => {
+            println!("ERROR rank=? kind=error {}", f.message);
+            return f.code;
+        }
+    };
+    let outcome = form(cli, &place).and_then(|mut comm| {
+        println!(
+            "JOINED rank={} world={} gpu={} link={:?} fallback={:?} blocks={} pid={}",
+            place.rank,
+            place.world,
+            place.device,
+            comm.link(),
+            comm.fallback_kind(),
+            comm.launch_shape().max_blocks,
+            std::process::id()
+        );
+        if cli.matrix {
+            crate::matrix::run(&mut comm, cli)
+        } else {
+            match dtype_of(cli)? {
+                DType::Bf16 => decode_loop::<bf16>(&mut comm, cli),
+                DType::F16 => decode_loop::<f16>(&mut comm, cli),
+                DType::F32 => decode_loop::<f32>(&mut comm, cli),
+            }
+        }
+    });
+    match outcome {
+        Ok(code) => code,
+        Err(f) => {
+            let kind = match f.code {
+                code::TIMEOUT => "timeout",
+                code::MISMATCH => "mismatch",
+                _ => "error",
+            };
+            println!("ERROR rank={} kind={kind} {}", place.rank, f.message);
+            f.code
+        }
+    }
+}
+
+pub fn dtype_of(cli: &Cli) -> Result<DType, Failure> {
+    DType::from_name(&cli.dtype).ok_or_else(|| Failure {
+        code: code::ERROR,
+        message: format!("--dtype {}: expected bf16, f16 or f32", cli.dtype),
+    })
+}
+
+/// Forms this rank of the world.
+fn form(cli: &Cli, place: &Place) -> Result<RankComm, Failure> {
+    let ctx = CudaContext::new(place.device)?;
+    // SAFETY: no slice exists yet; graphs need event tracking off.
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream()?;
+    let join = match place.join.as_str() {
+        "files" => Join::Files(place.dir.join("world")),
+        _ => Join::Nccl(share_nccl_id(place)?),
+    };
+    let mut dtype = dtype_of(cli)?;
+    if cli.mismatch == Some(Mismatch::Dtype) && place.rank == 1 {
+        dtype = if dtype == DType::F16 {
+            DType::Bf16
+        } else {
+            DType::F16
+        };
+    }
+    let defaults = Options::default();
+    let options = Options {
+        timeout: cli
+            .timeout_ms
+            .map_or(defaults.timeout, Duration::from_millis),
+        ..defaults
+    };
+    let spec = ProcessSpec::new(place.rank, place.world, join).with_dtype(dtype);
+    Ok(World::process(stream, spec, options)?)
+}
+
+/// Rank 0 creates the NCCL unique id and hands it to the others through a file,
+/// the way engines share it (any channel will do).
+fn share_nccl_id(place: &Place) -> Result<NcclId, Failure> {
+    let mut files = FileRendezvous::new(
+        place.dir.join("bootstrap"),
+        place.rank,
+        place.world,
+        Duration::from_secs(60),
+    )?;
+    let mine = if place.rank == 0 {
+        NcclId::new()?.0.to_vec()
+    } else {
+        Vec::new()
+    };
+    let blobs = files.exchange("nccl-id", &mine)?;
+    let bytes: [u8; 128] = blobs[0].as_slice().try_into().map_err(|_| Failure {
+        code: code::ERROR,
+        message: "rank 0 shared an NCCL id that is not 128 bytes".into(),
+    })?;
+    Ok(NcclId(bytes))
+}
+
+/// `policy` or a forced algorithm.
+pub fn selection(cli: &Cli, mode: Mode) -> Result<Select, Failure> {
+    if cli.algo == "policy" {
+        return Ok(Select::Policy(mode));
+    }
+    Algo::from_name(&cli.algo)
+        .map(Select::Force)
+        .ok_or_else(|| Failure {
+            code: code::ERROR,
+            message: format!("--algo {}: expected policy or an algorithm name", cli.algo),
+        })
+}
+
+/// Leaves the world on purpose before call `call` (the killed-peer test).
+fn leave(rank: usize, call: usize, mode: KillMode) -> ! {
+    println!("LEFT rank={rank} before_call={call} mode={mode:?}");
+    let _ = std::io::stdout().flush();
+    match mode {
+        // Like a crash: no goodbye, no destructor.
+        KillMode::Exit => std::process::exit(0),
+        // Alive but silent; the launcher kills it once the others are done.
+        KillMode::Stall => loop {
+            std::thread::sleep(Duration::from_secs(1));
+        },
+    }
+}
+
+/// Hidden sizes of common models x decode batch sizes: 8 KiB to 256 KiB of bf16.
+const HIDDEN: [usize; 3] = [4096, 5120, 8192];
+const BATCH: [usize; 3] = [1, 4, 16];
+
+/// Whether `ran` promises the same bits on every rank (multi-GPU NCCL does not).
+pub fn exact(comm: &RankComm, ran: Algo) -> bool {
+    !(ran == Algo::Nccl && comm.fallback_kind() == Fallback::Nccl && comm.world_size() > 1)
+}
+
+/// FNV-1a of a result's bits.
+pub fn hash_of<T: Element>(values: &[T]) -> u64 {
+    let size = std::mem::size_of::<T>();
+    let bytes: Vec<u8> = values
+        .iter()
+        .flat_map(|v| v.to_bits().to_le_bytes().into_iter().take(size))
+        .collect();
+    fnv1a(&bytes)
+}
+
+fn decode_loop<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
+    let (rank, world) = (comm.rank(), comm.world_size());
+    let how = selection(cli, Mode::Eager)?;
+    let stream = comm.stream().clone();
+    let kill_at = cli.kill_after.unwrap_or(cli.iters / 2);
+    let mut wrong = 0usize;
+    let mut first_wrong = None;
+    let mut hash = 0u64;
+    let mut all_exact = true;
+    let mut algos: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut busy = Duration::ZERO;
+    for call in 0..cli.iters {
+        if cli.kill_rank == Some(rank) && call == kill_at {
+            leave(rank, call, cli.kill_mode);
+        }
+        let n = HIDDEN[call % HIDDEN.len()] * BATCH[(call / HIDDEN.len()) % BATCH.len()];
+        let inputs = random_inputs::<T>(world, n, call as u64);
+        let input = stream.clone_htod(&inputs[rank])?;
+        let mut output = stream.alloc_zeros::<T>(n)?;
+        poison(&stream, &mut output)?;
+        let start = Instant::now();
+        let ran = comm
+            .all_reduce(&input.as_view(), &mut output.as_view_mut(), how)
+            .and_then(|ran| comm.check().map(|()| ran))
+            .map_err(|e| Failure {
+                message: format!("call {call}: {e}"),
+                ..Failure::from(e)
+            })?;
+        busy += start.elapsed();
+        let result = stream.clone_dtoh(&output)?;
+        if let Err(e) = check_all_reduce(&inputs, &result, ran == Algo::OneShotPush) {
+            wrong += 1;
+            first_wrong.get_or_insert(format!("call {call} ({}): {e}", ran.name()));
+        }
+        hash = hash.rotate_left(7) ^ hash_of(&result);
+        all_exact &= exact(comm, ran);
+        *algos.entry(ran.name()).or_default() += 1;
+    }
+    let algos: Vec<String> = algos.iter().map(|(a, n)| format!("{a}:{n}")).collect();
+    println!(
+        "SUMMARY rank={rank} world={world} calls={} wrong={wrong} exact={} hash={hash:016x} \
+         ms_per_call={:.3} algos={}",
+        cli.iters,
+        all_exact as u8,
+        busy.as_secs_f64() * 1e3 / cli.iters.max(1) as f64,
+        algos.join(",")
+    );
+    if let Some(first) = first_wrong {
+        println!("rank {rank}: first wrong result: {first}");
+        return Ok(code::WRONG);
+    }
+    Ok(code::OK)
+}
+
+/// The launcher's scratch directory for one run.
+pub fn scratch_dir() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    std::env::temp_dir().join(format!("colltune-mp-{}-{nanos}", std::process::id()))
+}
+
+pub fn remove_dir(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}

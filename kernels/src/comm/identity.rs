@@ -1,0 +1,286 @@
+//! What a process tells its peers when a world of processes forms: who it is
+//! (host, process, GPU) and the configuration every rank must share, and how it
+//! reaches each peer's GPU.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaContext;
+
+use super::options::Options;
+use crate::error::{DriverContext, Error, Result};
+use crate::ffi;
+use crate::module;
+use crate::peer;
+use crate::protocol::digest::{Digest, PROTOCOL_VERSION, check_agreement, fnv1a};
+use crate::protocol::reach::Reach;
+use crate::selection::Selector;
+use crate::vocab::{Arch, DType, Link};
+
+/// Fields of the `hello` round every rank must have equal. Ranks of another
+/// protocol or kernel source would misread each other's memory; another world
+/// size, architecture, policy (tables or `COLLTUNE_ALGO`) or launch request
+/// would select different algorithms or grids and leave peers waiting; another
+/// dtype means the engine loaded the model differently.
+pub(crate) const SHARED_HELLO: [&str; 9] = [
+    "protocol",
+    "kernels",
+    "world_size",
+    "arch",
+    "policy_tables",
+    "policy_override",
+    "dtype",
+    "threads",
+    "blocks",
+];
+
+/// This process and its GPU.
+pub(crate) struct Identity {
+    host: String,
+    /// The kernel's boot id: equal exactly when two processes share a machine
+    /// (host names can repeat across containers and clusters).
+    boot_id: String,
+    pid: u32,
+    uuid: String,
+    bus_id: String,
+    sms: u32,
+}
+
+impl Identity {
+    pub(crate) fn of(ctx: &Arc<CudaContext>) -> Result<Identity> {
+        let read = |path: &str| {
+            std::fs::read_to_string(path)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        };
+        let host = read("/proc/sys/kernel/hostname")
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "unknown-host".into());
+        let boot_id = read("/proc/sys/kernel/random/boot_id").unwrap_or_else(|| host.clone());
+        let uuid = ctx.uuid().during("querying the GPU's UUID")?;
+        let uuid: Vec<u8> = uuid.bytes.iter().map(|&b| b as u8).collect();
+        Ok(Identity {
+            host,
+            boot_id,
+            pid: std::process::id(),
+            uuid: crate::ipc::hex_encode(&uuid),
+            bus_id: ffi::pci_bus_id(ctx.cu_device())?,
+            sms: super::sm_count(ctx)?,
+        })
+    }
+}
+
+/// The `hello` blob of rank `rank`.
+pub(crate) fn hello(
+    rank: usize,
+    world: usize,
+    arch: Arch,
+    selector: &Selector,
+    dtype: Option<DType>,
+    options: &Options,
+    me: &Identity,
+) -> Digest {
+    let requested = |v: Option<u32>| v.map_or("default".to_string(), |v| v.to_string());
+    Digest::new()
+        .with("protocol", PROTOCOL_VERSION)
+        .with(
+            "kernels",
+            format!("{:016x}", fnv1a(module::kernel_source().as_bytes())),
+        )
+        .with("world_size", world)
+        .with("arch", arch)
+        .with("policy_tables", format!("{:016x}", policy_fingerprint()))
+        .with("policy_override", selector.describe())
+        .with("dtype", dtype.map_or("unchecked", |d| d.name()))
+        .with("threads", requested(options.threads))
+        .with("blocks", requested(options.blocks))
+        .with("rank", rank)
+        .with("host", &me.host)
+        .with("boot_id", &me.boot_id)
+        .with("pid", me.pid)
+        .with("uuid", &me.uuid)
+        .with("bus_id", &me.bus_id)
+        .with("sms", me.sms)
+}
+
+/// A hash of every published and tuned table (`policy::PLATFORMS`): ranks built
+/// from different `tuned/` files would pick different algorithms for one call.
+pub(crate) fn policy_fingerprint() -> u64 {
+    fnv1a(format!("{:?}", policy::PLATFORMS).as_bytes())
+}
+
+/// Checks the gathered `hello` blobs from rank `rank`'s side.
+pub(crate) fn check_hellos(rank: usize, mine: &Digest, hellos: &[Digest]) -> Result<()> {
+    for (slot, theirs) in hellos.iter().enumerate() {
+        let said = theirs.require("rank").map_err(Error::Mismatch)?;
+        if said != slot.to_string() {
+            return Err(Error::Mismatch(format!(
+                "the rendezvous gave rank {slot}'s place to a process that says it is rank {said}"
+            )));
+        }
+    }
+    if &hellos[rank] != mine {
+        return Err(Error::Mismatch(format!(
+            "another process (pid {}) joined as rank {rank} too",
+            hellos[rank].get("pid").unwrap_or("?")
+        )));
+    }
+    check_agreement(rank, hellos, &SHARED_HELLO).map_err(Error::Mismatch)?;
+    for (other, theirs) in hellos.iter().enumerate() {
+        if other != rank
+            && theirs.get("boot_id") == mine.get("boot_id")
+            && theirs.get("pid") == mine.get("pid")
+        {
+            return Err(Error::Unsupported(format!(
+                "ranks {rank} and {other} are in one process: CUDA IPC joins separate \
+                 processes (use World::loopback or World::devices within a process)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// How this rank reaches every rank, from its driver's answers.
+pub(crate) fn reach_row(
+    rank: usize,
+    ctx: &Arc<CudaContext>,
+    hellos: &[Digest],
+) -> Result<Vec<Reach>> {
+    let mine = &hellos[rank];
+    let mut row = Vec::with_capacity(hellos.len());
+    for (other, theirs) in hellos.iter().enumerate() {
+        let reach = if other == rank {
+            Reach::Itself
+        } else if theirs.get("boot_id") != mine.get("boot_id") {
+            Reach::OtherHost
+        } else if theirs.get("uuid") == mine.get("uuid") {
+            Reach::SameGpu
+        } else {
+            match ffi::device_by_pci_bus_id(theirs.get("bus_id").unwrap_or("")) {
+                None => Reach::NotVisible,
+                Some(device) => {
+                    let pair = peer::pair_link(ctx.cu_device(), device)?;
+                    match (pair.access, pair.link()) {
+                        (false, _) => Reach::NoPeerAccess,
+                        (true, Link::NvLink) => Reach::NvLink,
+                        (true, _) => Reach::Pcie,
+                    }
+                }
+            }
+        };
+        row.push(reach);
+    }
+    Ok(row)
+}
+
+/// The smallest SM count of any rank (launch shapes must suit every GPU).
+pub(crate) fn min_sms(hellos: &[Digest]) -> Result<u32> {
+    hellos
+        .iter()
+        .map(|h| {
+            h.require("sms")
+                .map_err(Error::Mismatch)?
+                .parse::<u32>()
+                .map_err(|e| Error::Mismatch(format!("an SM count: {e}")))
+        })
+        .try_fold(u32::MAX, |least, sms| Ok(least.min(sms?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(pid: u32, uuid: &str) -> Identity {
+        Identity {
+            host: "h".into(),
+            boot_id: "boot".into(),
+            pid,
+            uuid: uuid.into(),
+            bus_id: "0000:19:00.0".into(),
+            sms: 132,
+        }
+    }
+
+    fn hellos(world: usize, dtype: &[Option<DType>]) -> Vec<Digest> {
+        let selector = Selector::from_spec("").unwrap();
+        (0..world)
+            .map(|r| {
+                hello(
+                    r,
+                    world,
+                    Arch::SM90,
+                    &selector,
+                    dtype[r],
+                    &Options::default(),
+                    &identity(100 + r as u32, "gpu0"),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn agreeing_ranks_pass() {
+        let h = hellos(3, &[Some(DType::Bf16); 3]);
+        for r in 0..3 {
+            check_hellos(r, &h[r], &h).unwrap();
+        }
+        assert_eq!(min_sms(&h).unwrap(), 132);
+    }
+
+    #[test]
+    fn a_dtype_mismatch_names_the_field_and_both_values() {
+        let h = hellos(2, &[Some(DType::Bf16), Some(DType::F16)]);
+        let err = check_hellos(0, &h[0], &h).unwrap_err().to_string();
+        assert!(
+            err.contains("disagree on dtype: rank 1 has f16, rank 0 has bf16"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_rank_claimed_twice_or_misplaced_is_refused() {
+        let h = hellos(2, &[None, None]);
+        let selector = Selector::from_spec("").unwrap();
+        let intruder = hello(
+            0,
+            2,
+            Arch::SM90,
+            &selector,
+            None,
+            &Options::default(),
+            &identity(999, "gpu0"),
+        );
+        let seen = vec![intruder, h[1].clone()];
+        let err = check_hellos(0, &h[0], &seen).unwrap_err().to_string();
+        assert!(err.contains("(pid 999) joined as rank 0"), "{err}");
+        let swapped = vec![h[1].clone(), h[0].clone()];
+        let err = check_hellos(0, &h[0], &swapped).unwrap_err().to_string();
+        assert!(err.contains("says it is rank 1"), "{err}");
+    }
+
+    #[test]
+    fn two_ranks_in_one_process_are_refused() {
+        let selector = Selector::from_spec("").unwrap();
+        let h: Vec<Digest> = (0..2)
+            .map(|r| {
+                hello(
+                    r,
+                    2,
+                    Arch::SM90,
+                    &selector,
+                    None,
+                    &Options::default(),
+                    &identity(7, "gpu0"),
+                )
+            })
+            .collect();
+        let err = check_hellos(0, &h[0], &h).unwrap_err().to_string();
+        assert!(err.contains("in one process"), "{err}");
+    }
+
+    #[test]
+    fn the_policy_fingerprint_is_stable() {
+        assert_eq!(policy_fingerprint(), policy_fingerprint());
+        assert_ne!(policy_fingerprint(), fnv1a(b"[]"));
+    }
+}

@@ -1,0 +1,551 @@
+//! A world of processes: one rank per process, as engines that shard a model
+//! run (candle's multiprocess example, mistral.rs), or several processes that
+//! share one GPU. Built on the single-process communicator: the same kernels,
+//! buffer layout and protocols; peers' buffers are mapped with CUDA IPC.
+//!
+//! Forming the world takes four rounds of a [`Rendezvous`], each bounded by
+//! `Options::join_timeout`:
+//! 1. `hello`: identity and configuration; a rank whose protocol, kernels,
+//!    world size, architecture, policy tables or override, dtype or launch
+//!    request differ is refused, naming the field and both values;
+//! 2. `reach`: how each rank reaches each other one, from its driver
+//!    ([`crate::protocol::reach`]); all ranks decide the same way;
+//! 3. `layout`: the capacities, buffer sizes and launch shape every rank
+//!    derived (must agree) and the IPC handles of this rank's buffers;
+//! 4. `ready`: whether each rank mapped every peer's buffers. If one could not,
+//!    every call runs NCCL (or, without NCCL, construction fails).
+//!
+//! A rank that fails between rounds still sends its failure in the next round,
+//! so its peers fail at once instead of waiting out the timeout. Dropping a rank
+//! drains its stream and says `goodbye` (a fifth round) before freeing its
+//! memory: a peer may still be reading it until then.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use cudarc::driver::{CudaContext, CudaStream};
+
+use super::arch_of;
+use super::identity::{self, Identity};
+use super::options::{Fallback, Options};
+use super::rank::{RankComm, WorldShared};
+use super::registration::{MappedMemory, RankMemory, Registration, Slot};
+use super::world::{check_world_size, launch_shape};
+use crate::error::{DriverContext, Error, Result};
+use crate::ffi;
+use crate::ipc::IpcHandle;
+use crate::module::{self, KernelSet};
+use crate::nccl::{NcclComm, NcclId};
+use crate::protocol::digest::{Digest, check_agreement};
+use crate::protocol::grid::LaunchShape;
+use crate::protocol::layout::{BufferPlan, Capacities};
+use crate::protocol::reach::{self, Decision};
+use crate::rendezvous::nccl::NcclRendezvous;
+use crate::rendezvous::{FileRendezvous, Rendezvous};
+use crate::selection::{self, Selector};
+use crate::vocab::{Algo, Collective, DType, Link};
+
+/// How the processes of a world find each other.
+pub enum Join {
+    /// The NCCL unique id every process received (see [`NcclId`]). NCCL forms
+    /// the communicator that runs NCCL-selected and declined calls, and the
+    /// rounds are NCCL all-gathers. NCCL refuses two ranks on one GPU: processes
+    /// sharing a GPU join with [`Join::Files`].
+    Nccl(NcclId),
+    /// A fresh directory every process of one host can see
+    /// ([`FileRendezvous`]). No NCCL: NCCL-selected and declined calls run the
+    /// loopback reference collective, which needs every pair of ranks mappable.
+    Files(PathBuf),
+    /// The engine's own exchange. No NCCL, as with `Files`.
+    Custom(Box<dyn Rendezvous>),
+}
+
+/// This process's place in a world of processes.
+pub struct ProcessSpec {
+    pub rank: usize,
+    pub world_size: usize,
+    pub join: Join,
+    /// The element type the engine will reduce, checked to be the same on every
+    /// rank at construction (`None`: not checked). Calls are not restricted to it.
+    pub dtype: Option<DType>,
+}
+
+impl ProcessSpec {
+    pub fn new(rank: usize, world_size: usize, join: Join) -> ProcessSpec {
+        ProcessSpec {
+            rank,
+            world_size,
+            join,
+            dtype: None,
+        }
+    }
+
+    pub fn with_dtype(mut self, dtype: DType) -> ProcessSpec {
+        self.dtype = Some(dtype);
+        self
+    }
+}
+
+enum Exchange {
+    Nccl,
+    Other(Box<dyn Rendezvous>),
+}
+
+/// How a rank of a world of processes talks to the others outside kernels.
+pub(crate) struct Membership {
+    exchange: Exchange,
+    rank: usize,
+    world: usize,
+    timeout: Duration,
+}
+
+impl Membership {
+    fn exchange(
+        &mut self,
+        nccl: Option<&NcclComm>,
+        stream: &Arc<CudaStream>,
+        round: &str,
+        mine: &[u8],
+    ) -> Result<Vec<Vec<u8>>> {
+        match (&mut self.exchange, nccl) {
+            (Exchange::Other(rendezvous), _) => rendezvous.exchange(round, mine),
+            (Exchange::Nccl, Some(comm)) => NcclRendezvous {
+                comm,
+                stream,
+                rank: self.rank,
+                world: self.world,
+                timeout: self.timeout,
+            }
+            .exchange(round, mine),
+            (Exchange::Nccl, None) => unreachable!("an NCCL membership keeps its communicator"),
+        }
+    }
+
+    /// One round of digests; a peer's `failed` field becomes this rank's error.
+    fn round(
+        &mut self,
+        nccl: Option<&NcclComm>,
+        stream: &Arc<CudaStream>,
+        round: &str,
+        mine: &Digest,
+    ) -> Result<Vec<Digest>> {
+        let blobs = self.exchange(nccl, stream, round, &mine.encode())?;
+        let digests = blobs
+            .iter()
+            .enumerate()
+            .map(|(r, blob)| {
+                Digest::decode(blob)
+                    .map_err(|e| Error::Mismatch(format!("rank {r}'s `{round}` blob: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (r, digest) in digests.iter().enumerate() {
+            if let (true, Some(why)) = (r != self.rank, digest.get("failed")) {
+                return Err(Error::Unsupported(format!(
+                    "rank {r} could not join the world: {why}"
+                )));
+            }
+        }
+        Ok(digests)
+    }
+
+    /// `step`'s error, told to the peers in round `next` before it is returned.
+    fn tell_failure<T>(
+        &mut self,
+        nccl: Option<&NcclComm>,
+        stream: &Arc<CudaStream>,
+        next: &str,
+        step: Result<T>,
+    ) -> Result<T> {
+        if let Err(e) = &step {
+            let blob = Digest::new().with("failed", e).encode();
+            let _ = self.exchange(nccl, stream, next, &blob);
+        }
+        step
+    }
+
+    /// The last round: every peer has drained its stream, so nobody reads this
+    /// rank's memory any more.
+    pub(crate) fn leave(
+        &mut self,
+        nccl: Option<&NcclComm>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        self.exchange(nccl, stream, "goodbye", b"").map(|_| ())
+    }
+}
+
+/// See [`super::World::process`].
+pub(crate) fn build(
+    stream: Arc<CudaStream>,
+    spec: ProcessSpec,
+    options: Options,
+) -> Result<RankComm> {
+    ffi::require_driver()?;
+    ffi::require_nvrtc()?;
+    let ProcessSpec {
+        rank,
+        world_size: world,
+        join,
+        dtype,
+    } = spec;
+    check_world_size(world)?;
+    if rank >= world {
+        return Err(Error::Mismatch(format!(
+            "rank {rank} is not below the world size {world}"
+        )));
+    }
+    let ctx = stream.context().clone();
+    let arch = arch_of(&ctx)?;
+    let selector = Selector::from_env()?;
+    let (nccl, exchange, via) = join_world(&ctx, rank, world, join, &options)?;
+    let mut membership = Membership {
+        exchange,
+        rank,
+        world,
+        timeout: options.join_timeout,
+    };
+    let nccl_ref = nccl.as_ref();
+
+    // 1. Who everyone is, and whether they agree on the configuration.
+    let me = Identity::of(&ctx)?;
+    let hello = identity::hello(rank, world, arch, &selector, dtype, &options, &me);
+    let hellos = membership.round(nccl_ref, &stream, "hello", &hello)?;
+    identity::check_hellos(rank, &hello, &hellos)?;
+
+    // 2. How each rank reaches each other one; everyone decides alike.
+    let row = identity::reach_row(rank, &ctx, &hellos);
+    let row = membership.tell_failure(nccl_ref, &stream, "reach", row)?;
+    let rows = membership.round(
+        nccl_ref,
+        &stream,
+        "reach",
+        &Digest::new().with("row", reach::encode_row(&row)),
+    )?;
+    let decision = decide(&hellos, &rows, world)?;
+
+    // What this world runs, and its own buffers.
+    let prepared = prepare(
+        &ctx,
+        &stream,
+        arch,
+        (rank, world),
+        &decision,
+        nccl_ref.is_some(),
+        &via,
+        &options,
+        &hellos,
+    );
+    let prepared = membership.tell_failure(nccl_ref, &stream, "layout", prepared)?;
+    let Prepared {
+        link,
+        fallback,
+        mut custom,
+        caps,
+        plan,
+        shape,
+        kernels,
+        own,
+    } = prepared;
+
+    // 3. The layout every rank derived, and the handles of the buffers.
+    let mut layout = layout_digest(link, fallback, custom, &caps, &plan, shape);
+    if custom {
+        let handles = own.ipc_handles();
+        let handles = membership.tell_failure(nccl_ref, &stream, "layout", handles)?;
+        for (name, handle) in BUFFER_NAMES.iter().zip(handles) {
+            layout = layout.with(name, handle.to_hex());
+        }
+    }
+    let layouts = membership.round(nccl_ref, &stream, "layout", &layout)?;
+    check_agreement(rank, &layouts, &LAYOUT_FIELDS).map_err(Error::Mismatch)?;
+
+    // 4. Map every peer's buffers, and learn whether everyone could.
+    let mut slots = Vec::with_capacity(world);
+    let mut unmapped = None;
+    let mut own = Some(own);
+    for (r, theirs) in layouts.iter().enumerate() {
+        if r == rank {
+            slots.push(Slot::Owned(own.take().expect("own memory")));
+        } else if custom && unmapped.is_none() {
+            match peer_handles(theirs).and_then(|h| MappedMemory::open(&ctx, &h)) {
+                Ok(mapped) => slots.push(Slot::Mapped(mapped)),
+                Err(e) => {
+                    unmapped = Some(format!("rank {rank} could not map rank {r}'s buffers: {e}"));
+                    slots.push(Slot::Absent);
+                }
+            }
+        } else {
+            slots.push(Slot::Absent);
+        }
+    }
+    let ready = Digest::new().with("mapped", unmapped.as_deref().unwrap_or("ok"));
+    let readies = membership.round(nccl_ref, &stream, "ready", &ready)?;
+    if let Some(why) = readies
+        .iter()
+        .filter_map(|d| d.get("mapped"))
+        .find(|m| *m != "ok")
+    {
+        if fallback != Fallback::Nccl {
+            return Err(Error::Unsupported(format!(
+                "custom kernels cannot run ({why}) and this world, joined through {via}, has \
+                 no NCCL"
+            )));
+        }
+        announce(
+            rank,
+            &options,
+            &format!("world of {world} processes ({via}): {why}; every call runs NCCL"),
+        );
+        custom = false;
+        for slot in slots.iter_mut().filter(|s| matches!(s, Slot::Mapped(_))) {
+            *slot = Slot::Absent;
+        }
+    }
+
+    let registration = Registration::from_slots(slots, vec![stream.clone()], plan);
+    let shared = Arc::new(WorldShared {
+        registration,
+        caps,
+        peer_access: custom,
+        fallback,
+    });
+    let timeout_ns = options.timeout.as_nanos().min(u64::MAX as u128) as u64;
+    Ok(RankComm {
+        rank,
+        world_size: world,
+        stream,
+        arch,
+        link,
+        shape,
+        kernels,
+        base_args: shared.registration.base_args(rank, timeout_ns),
+        shared,
+        nccl,
+        selector,
+        options,
+        membership: Some(membership),
+        broken: AtomicBool::new(false),
+    })
+}
+
+/// The three registered buffers, in the order of `RankMemory::ipc_handles`.
+const BUFFER_NAMES: [&str; 3] = ["ctrl", "push", "staging"];
+
+/// Fields of the `layout` round every rank must have equal.
+const LAYOUT_FIELDS: [&str; 12] = [
+    "link",
+    "fallback",
+    "custom",
+    "threads",
+    "max_blocks",
+    "slot_bytes",
+    "staging_half_bytes",
+    "capacity_all_reduce_one_shot_push",
+    "capacity_all_reduce_one_shot_pull",
+    "capacity_all_reduce_two_shot_pull",
+    "capacity_all_gather_one_shot_push",
+    "capacity_all_gather_one_shot_pull",
+];
+
+fn layout_digest(
+    link: Link,
+    fallback: Fallback,
+    custom: bool,
+    caps: &Capacities,
+    plan: &BufferPlan,
+    shape: LaunchShape,
+) -> Digest {
+    let mut digest = Digest::new()
+        .with("link", format!("{link:?}"))
+        .with("fallback", format!("{fallback:?}"))
+        .with("custom", custom)
+        .with("threads", shape.threads)
+        .with("max_blocks", shape.max_blocks)
+        .with("slot_bytes", plan.slot_bytes)
+        .with("staging_half_bytes", plan.staging_half_bytes);
+    for (collective, algo) in [
+        (Collective::AllReduce, Algo::OneShotPush),
+        (Collective::AllReduce, Algo::OneShotPull),
+        (Collective::AllReduce, Algo::TwoShotPull),
+        (Collective::AllGather, Algo::OneShotPush),
+        (Collective::AllGather, Algo::OneShotPull),
+    ] {
+        let cap = caps.of(collective, algo);
+        digest = digest.with(
+            &format!("capacity_{}_{}", collective.name(), algo.name()),
+            format!("{} bytes, align {}", cap.max_bytes, cap.align),
+        );
+    }
+    digest
+}
+
+fn peer_handles(layout: &Digest) -> Result<[IpcHandle; 3]> {
+    let get = |name: &str| {
+        layout
+            .require(name)
+            .map_err(Error::Mismatch)
+            .and_then(IpcHandle::from_hex)
+    };
+    Ok([get("ctrl")?, get("push")?, get("staging")?])
+}
+
+fn join_world(
+    ctx: &Arc<CudaContext>,
+    rank: usize,
+    world: usize,
+    join: Join,
+    options: &Options,
+) -> Result<(Option<NcclComm>, Exchange, String)> {
+    match join {
+        Join::Nccl(id) => {
+            let comm =
+                NcclComm::init_rank(ctx, world, rank, &id, options.join_timeout).map_err(|e| {
+                    match e {
+                        Error::Nccl { what, code } => Error::Nccl {
+                            what: format!(
+                                "{what} (NCCL refuses two ranks on one GPU: processes that share a \
+                             GPU join with Join::Files)"
+                            ),
+                            code,
+                        },
+                        other => other,
+                    }
+                })?;
+            Ok((Some(comm), Exchange::Nccl, "NCCL".into()))
+        }
+        Join::Files(dir) => {
+            let rendezvous = FileRendezvous::new(dir, rank, world, options.join_timeout)?;
+            let via = rendezvous.describe();
+            Ok((None, Exchange::Other(Box::new(rendezvous)), via))
+        }
+        Join::Custom(rendezvous) => {
+            if (rendezvous.rank(), rendezvous.world_size()) != (rank, world) {
+                return Err(Error::Mismatch(format!(
+                    "the rendezvous is for rank {} of {}, the spec for rank {rank} of {world}",
+                    rendezvous.rank(),
+                    rendezvous.world_size()
+                )));
+            }
+            let via = rendezvous.describe();
+            Ok((None, Exchange::Other(rendezvous), via))
+        }
+    }
+}
+
+fn decide(hellos: &[Digest], rows: &[Digest], world: usize) -> Result<Decision> {
+    let matrix = rows
+        .iter()
+        .map(|d| reach::decode_row(d.require("row")?, world))
+        .collect::<std::result::Result<Vec<_>, String>>()
+        .map_err(Error::Mismatch)?;
+    let gpus = hellos
+        .iter()
+        .map(|h| h.require("uuid").map(str::to_string))
+        .collect::<std::result::Result<Vec<_>, String>>()
+        .map_err(Error::Mismatch)?;
+    Ok(reach::decide(&matrix, &gpus))
+}
+
+/// What a rank sets up between the `reach` and `layout` rounds.
+struct Prepared {
+    link: Link,
+    fallback: Fallback,
+    custom: bool,
+    caps: Capacities,
+    plan: BufferPlan,
+    shape: LaunchShape,
+    kernels: Arc<KernelSet>,
+    own: RankMemory,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn prepare(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    arch: crate::vocab::Arch,
+    (rank, world): (usize, usize),
+    decision: &Decision,
+    has_nccl: bool,
+    via: &str,
+    options: &Options,
+    hellos: &[Digest],
+) -> Result<Prepared> {
+    let custom = decision.custom.is_ok();
+    let fallback = match (has_nccl, &decision.custom) {
+        (true, _) => Fallback::Nccl,
+        (false, Ok(())) => Fallback::LoopbackReference,
+        (false, Err(why)) => {
+            return Err(Error::Unsupported(format!(
+                "custom kernels cannot run ({why}) and this world, joined through {via}, has no \
+                 NCCL: join with an NCCL unique id (Join::Nccl)"
+            )));
+        }
+    };
+    match (&decision.custom, fallback) {
+        (Err(why), _) => announce(
+            rank,
+            options,
+            &format!(
+                "world of {world} processes ({via}): custom kernels cannot run ({why}); every call runs NCCL"
+            ),
+        ),
+        (Ok(()), Fallback::LoopbackReference) => announce(
+            rank,
+            options,
+            &format!(
+                "world of {world} processes ({via}): NCCL unavailable ({}), baseline = loopback \
+                 reference collective",
+                if decision.ranks_per_gpu > 1 {
+                    "NCCL refuses two ranks on one GPU"
+                } else {
+                    "joined without an NCCL unique id"
+                }
+            ),
+        ),
+        _ => {}
+    }
+    let link = decision.link;
+    let shared_gpu = decision.ranks_per_gpu > 1;
+    let shape = launch_shape(
+        options,
+        decision.ranks_per_gpu,
+        identity::min_sms(hellos)?,
+        shared_gpu,
+    )?;
+    let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
+    let plan = if custom {
+        BufferPlan::new(&caps, world, fallback == Fallback::LoopbackReference)
+            .map_err(Error::Unsupported)?
+    } else {
+        BufferPlan {
+            world,
+            slot_bytes: 0,
+            staging_half_bytes: 0,
+        }
+    };
+    let compiled = module::compile_for(arch)?;
+    let kernels = Arc::new(KernelSet::load(ctx, &compiled, shape.threads)?);
+    let own = RankMemory::new(ctx, stream, &plan)?;
+    stream
+        .synchronize()
+        .during("initialising registered buffers")?;
+    Ok(Prepared {
+        link,
+        fallback,
+        custom,
+        caps,
+        plan,
+        shape,
+        kernels,
+        own,
+    })
+}
+
+/// Said once per world, by rank 0, unless the options silence logging.
+fn announce(rank: usize, options: &Options, message: &str) {
+    if rank == 0 && options.log_declines {
+        eprintln!("colltune: {message}");
+    }
+}
