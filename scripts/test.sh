@@ -19,6 +19,20 @@ export LD_LIBRARY_PATH="$nvrtc_dir/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRAR
 # With this set, a missing NVRTC fails the kernel compile test instead of skipping it.
 export KERNELS_REQUIRE_NVRTC=1
 
-cargo test --workspace --all-targets --no-fail-fast "$@"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --all-targets --no-fail-fast "$@" 2>&1 | tee "$log" || status=1
 # Doc tests (not part of --all-targets).
-cargo test --workspace --doc --no-fail-fast "$@"
+cargo test --workspace --doc --no-fail-fast "$@" 2>&1 | tee -a "$log" || status=1
+
+# One closing line over every test binary (cargo prints one result line per binary).
+awk '/^test result:/ {
+       for (i = 1; i <= NF; i++) {
+         if ($(i+1) ~ /^passed/) p += $i
+         if ($(i+1) ~ /^failed/) f += $i
+         if ($(i+1) ~ /^ignored/) g += $i
+       }
+     }
+     END { printf "total: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
+exit $status
