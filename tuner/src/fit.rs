@@ -10,7 +10,8 @@
 //! 2. **Switching.** A challenger replaces the current algorithm at a size only
 //!    if it is faster by more than the noise margin (default 4 %), significantly
 //!    (one-sided Mann-Whitney on the margin-inflated samples, α = 0.01), and the
-//!    same holds at the next measured size where both ran. Anything less is a
+//!    challenger's median is still the lower one at the next measured size
+//!    where both ran (a lone noise spike reverses there). Anything less is a
 //!    tie, and ties keep the neighbouring (smaller-size) band's algorithm.
 //! 3. **Edges.** A confirmed switch is moved back over the preceding sizes
 //!    where the newcomer's median is already lower, so the edge sits at the
@@ -241,12 +242,21 @@ impl Rules<'_> {
         }
     }
 
-    /// The win at `i` holds at the next size where both ran (or there is none).
+    /// The win at `i` is not a lone spike: at the next size where both ran (if
+    /// any) the challenger's median is still the lower one. Asking for a second
+    /// win by the full margin instead would miss real crossovers where the grid
+    /// is coarse (×1.5 steps) and the advantage shrinks again towards the next
+    /// crossover; a noise spike, by contrast, reverses at the next size.
     fn confirmed(&self, i: usize, challenger: Algo, incumbent: Algo) -> bool {
         self.columns[i + 1..]
             .iter()
-            .position(|c| c.has(challenger) && c.has(incumbent))
-            .is_none_or(|offset| self.beats(i + 1 + offset, challenger, incumbent))
+            .find(|c| c.has(challenger) && c.has(incumbent))
+            .is_none_or(
+                |next| match (next.median(challenger), next.median(incumbent)) {
+                    (Some(c), Some(inc)) => c < inc,
+                    _ => false,
+                },
+            )
     }
 
     /// The fastest algorithm at `i` that beats `incumbent` (rule 2), if any.
