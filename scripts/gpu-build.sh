@@ -9,6 +9,7 @@
 #   .carry/bin/tests/<name>         one executable per test target of `kernels`
 #   .carry/bin/collective-bench     the benchmark
 #   .carry/bin/multiprocess         the one-process-per-rank example (gpu_processes drives it)
+#   .carry/bin/tuner                the tuner (gpu-run.sh runs a sweep + verify + re-fit with it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,10 +35,12 @@ cargo build -p kernels --release --bin collective-bench --example multiprocess
 target_dir=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | sed -e 's/.*:"//' -e 's/"$//')
 cp "$target_dir/release/collective-bench" "$out/collective-bench"
 cp "$target_dir/release/examples/multiprocess" "$out/multiprocess"
+cargo build -p tuner --release --bin tuner
+cp "$target_dir/release/tuner" "$out/tuner"
 
 # Keep the carry small: drop debug info (symbols stay for backtraces).
 if command -v strip >/dev/null; then
-  strip --strip-debug "$out"/tests/* "$out/collective-bench" "$out/multiprocess"
+  strip --strip-debug "$out"/tests/* "$out/collective-bench" "$out/multiprocess" "$out/tuner"
 fi
 
 ls -l "$out" "$out/tests"

@@ -65,6 +65,35 @@ if [ -z "${SKIP_BENCH:-}" ] && [ -z "$filter" ]; then
   summary="$summary\ncollective-bench: exit $rc in $(( $(date +%s) - start ))s"
 fi
 
+# The tuner end to end: sweep (measure + fit + write), verify on held-out sizes,
+# and a re-fit of the recorded evidence that must reproduce the TOML byte for byte.
+# On one GPU this is a loopback world (link = "loopback"), written under $out only.
+if [ -z "${SKIP_TUNER:-}" ] && [ -z "$filter" ] && [ -x "$bin/tuner" ]; then
+  echo "=== tuner sweep + verify + re-fit"
+  start=$(date +%s)
+  # shellcheck disable=SC2086
+  tuner_keys=${TUNER_ARGS:---loopback --world-sizes 2 --max-bytes 16MiB}
+  rc=0
+  # shellcheck disable=SC2086
+  timeout --signal=KILL 420 "$bin/tuner" sweep $tuner_keys --no-progress --out "$out/tuned" \
+    > "$out/tuner-sweep.log" 2>&1 || rc=$?
+  tail -n 40 "$out/tuner-sweep.log"
+  toml=$(ls "$out"/tuned/*.toml 2>/dev/null | head -n 1)
+  if [ $rc -eq 0 ] && [ -n "$toml" ]; then
+    # shellcheck disable=SC2086
+    timeout --signal=KILL 300 "$bin/tuner" verify "$toml" $tuner_keys --no-progress \
+      > "$out/tuner-verify.log" 2>&1 || rc=$?
+    cat "$out/tuner-verify.log"
+    if "$bin/tuner" fit "${toml%.toml}.evidence.json" -o - 2>/dev/null | cmp -s - "$toml"; then
+      echo "re-fit of the evidence reproduces $(basename "$toml") byte for byte"
+    else
+      echo "FAIL: re-fit of the evidence differs from $(basename "$toml")"; rc=1
+    fi
+  fi
+  [ $rc -eq 0 ] || status=1
+  summary="$summary\ntuner: exit $rc in $(( $(date +%s) - start ))s"
+fi
+
 echo -e "=== summary$summary"
 echo "logs in $out"
 exit $status
