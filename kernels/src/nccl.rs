@@ -2,6 +2,7 @@
 //! hides the raw communicator, which in-place all-gather and async-error checks
 //! need, and panics when dropped after a failure).
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::fmt;
 use std::sync::{Arc, mpsc};
@@ -21,6 +22,9 @@ pub(crate) struct NcclComm {
     /// Abort instead of destroying on drop: set when work on the communicator
     /// never finished (a dead peer), where `ncclCommDestroy` would wait forever.
     abort_on_drop: bool,
+    /// Set by [`NcclComm::abort_now`]: the communicator is gone, every later
+    /// call is an error and drop does nothing.
+    aborted: Cell<bool>,
 }
 
 // SAFETY: an NCCL communicator may be used from any thread as long as calls on
@@ -75,6 +79,7 @@ impl NcclComm {
             .map(|comm| NcclComm {
                 comm,
                 abort_on_drop: false,
+                aborted: Cell::new(false),
             })
             .collect())
     }
@@ -123,6 +128,7 @@ impl NcclComm {
             Ok(result) => result.map(|raw| NcclComm {
                 comm: raw.0,
                 abort_on_drop: false,
+                aborted: Cell::new(false),
             }),
             Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout {
                 rank,
@@ -139,6 +145,30 @@ impl NcclComm {
         }
     }
 
+    /// The communicator, unless it was aborted.
+    fn live(&self, what: &str) -> Result<sys::ncclComm_t> {
+        if self.aborted.get() {
+            Err(Error::Unsupported(format!(
+                "{what} on an NCCL communicator that was aborted (a peer never called)"
+            )))
+        } else {
+            Ok(self.comm)
+        }
+    }
+
+    /// Aborts the communicator at once (`ncclCommAbort`), which also ends its
+    /// kernels that wait for a peer. For a rendezvous all-gather that never
+    /// finished: dropping the communicator (`ncclCommDestroy` flushes pending
+    /// work) or anything that synchronises the stream or context would
+    /// otherwise wait for the missing peer forever. Idempotent.
+    pub(crate) fn abort_now(&self) {
+        if !self.aborted.replace(true) {
+            // SAFETY: created by ncclCommInitAll/InitRank, not yet released;
+            // `aborted` keeps every later use (and drop) away from it.
+            let _ = unsafe { sys::ncclCommAbort(self.comm) };
+        }
+    }
+
     /// All-gather of `count` bytes per rank (the rendezvous over NCCL).
     pub(crate) fn all_gather_bytes(
         &self,
@@ -147,6 +177,7 @@ impl NcclComm {
         count: usize,
         stream: &CudaStream,
     ) -> Result<()> {
+        let comm = self.live("ncclAllGather")?;
         // SAFETY: `send` holds `count` bytes and `recv` world x count, on this
         // communicator's device; the stream belongs to that device.
         check("ncclAllGather", unsafe {
@@ -155,7 +186,7 @@ impl NcclComm {
                 recv as *mut _,
                 count,
                 sys::ncclDataType_t::ncclUint8,
-                self.comm,
+                comm,
                 stream.cu_stream() as _,
             )
         })
@@ -175,6 +206,7 @@ impl NcclComm {
         dtype: DType,
         stream: &CudaStream,
     ) -> Result<()> {
+        let comm = self.live("ncclAllReduce")?;
         // SAFETY: the caller passes live device buffers of `count` elements on
         // this communicator's device; the stream belongs to that device.
         check("ncclAllReduce", unsafe {
@@ -184,7 +216,7 @@ impl NcclComm {
                 count,
                 nccl_dtype(dtype),
                 sys::ncclRedOp_t::ncclSum,
-                self.comm,
+                comm,
                 stream.cu_stream() as _,
             )
         })
@@ -200,6 +232,7 @@ impl NcclComm {
         dtype: DType,
         stream: &CudaStream,
     ) -> Result<()> {
+        let comm = self.live("ncclAllGather")?;
         // SAFETY: as for all_reduce; `recv` holds world x count elements.
         check("ncclAllGather", unsafe {
             sys::ncclAllGather(
@@ -207,7 +240,7 @@ impl NcclComm {
                 recv as *mut _,
                 count,
                 nccl_dtype(dtype),
-                self.comm,
+                comm,
                 stream.cu_stream() as _,
             )
         })
@@ -215,10 +248,11 @@ impl NcclComm {
 
     /// An error NCCL detected asynchronously (e.g. a failed peer), if any.
     pub(crate) fn async_error(&self) -> Result<()> {
+        let comm = self.live("ncclCommGetAsyncError")?;
         let mut code = sys::ncclResult_t::ncclSuccess;
         // SAFETY: writes one result code.
         check("ncclCommGetAsyncError", unsafe {
-            sys::ncclCommGetAsyncError(self.comm, &mut code)
+            sys::ncclCommGetAsyncError(comm, &mut code)
         })?;
         match code {
             sys::ncclResult_t::ncclSuccess | sys::ncclResult_t::ncclInProgress => Ok(()),
@@ -229,6 +263,9 @@ impl NcclComm {
 
 impl Drop for NcclComm {
     fn drop(&mut self) {
+        if self.aborted.get() {
+            return;
+        }
         // The owner drained its stream (or set abort_on_drop because it could
         // not); neither call can fail usefully here.
         // SAFETY: created by ncclCommInitAll/InitRank and released only here.
@@ -310,6 +347,21 @@ impl fmt::Debug for NcclId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_aborted_communicator_refuses_calls_and_is_not_released_again() {
+        // What a rendezvous round that timed out leaves behind: no NCCL call may
+        // touch the handle again (NCCL is not even loaded here), drop included.
+        let comm = NcclComm {
+            comm: std::ptr::null_mut(),
+            abort_on_drop: false,
+            aborted: Cell::new(true),
+        };
+        comm.abort_now();
+        let err = comm.async_error().unwrap_err().to_string();
+        assert!(err.contains("aborted"), "{err}");
+        drop(comm);
+    }
 
     #[test]
     fn ids_round_trip_through_hex() {

@@ -39,12 +39,19 @@ impl NcclRendezvous<'_> {
         let mut recv = stream
             .alloc_zeros::<u8>(bytes.len() * self.world)
             .during("allocating a rendezvous buffer")?;
-        {
+        let issued = {
             let (src, _reading) = send.device_ptr(stream);
             let (dst, _writing) = recv.device_ptr_mut(stream);
-            self.comm.all_gather_bytes(src, dst, bytes.len(), stream)?;
-        }
-        if !drain_within(stream, self.timeout, || self.comm.async_error())? {
+            self.comm.all_gather_bytes(src, dst, bytes.len(), stream)
+        };
+        let drained =
+            issued.and_then(|()| drain_within(stream, self.timeout, || self.comm.async_error()));
+        if !matches!(drained, Ok(true)) {
+            // The all-gather may still wait for a peer that never comes: abort
+            // NCCL now (which ends that kernel), or the error path would hang
+            // in ncclCommDestroy or in freeing the registered buffers.
+            self.comm.abort_now();
+            drained?;
             return Err(Error::Timeout {
                 rank: self.rank,
                 peer: None,
