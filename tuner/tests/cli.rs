@@ -42,6 +42,28 @@ fn gpu_commands_refuse_in_one_line_without_a_gpu() {
     }
 }
 
+/// A bad argument to `verify` is an input error (exit 1, one reason), never a
+/// FAIL verdict (exit 2) that would blame the table.
+#[test]
+fn verify_rejects_bad_arguments_before_measuring() {
+    for (extra, reason) in [
+        (vec!["--samples", "0"], "--samples must be at least 5"),
+        (vec!["--alpha", "2"], "--alpha 2 must be in (0, 1)"),
+        (
+            vec!["--min-bytes", "1MiB", "--max-bytes", "16"],
+            "invalid size range",
+        ),
+        (vec!["--max-worst-regret-pct=-1"], "must be a percentage"),
+    ] {
+        let mut args = vec!["verify", "tuned/sm90-nvlink.toml", "--synthetic"];
+        args.extend(extra.iter().copied());
+        let out = tuner(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(reason), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn synthetic_sweeps_never_default_to_tuned() {
     let out = tuner(&["sweep", "--synthetic", "--dry-run"]);

@@ -106,7 +106,8 @@ fn parse_size(text: &str) -> Result<u64, String> {
             ));
         }
     };
-    Ok(n * scale)
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("size {text:?} does not fit in 64 bits"))
 }
 
 fn parse_sizes(text: &str, step: u64) -> Result<Vec<u64>, String> {
@@ -118,7 +119,11 @@ fn parse_sizes(text: &str, step: u64) -> Result<Vec<u64>, String> {
         let mut sizes = Vec::new();
         while size <= high {
             sizes.push(size);
-            size *= step;
+            // The last size of a range near u64::MAX ends the range, not a wrap.
+            match size.checked_mul(step) {
+                Some(next) => size = next,
+                None => break,
+            }
         }
         Ok(sizes)
     } else {
@@ -504,6 +509,14 @@ mod tests {
         assert_eq!(parse_sizes("16B..256", 4).unwrap(), vec![16, 64, 256]);
         assert_eq!(parse_sizes("16B..256MiB", 4).unwrap().len(), 13);
         assert!(parse_sizes("16XB", 4).is_err());
+    }
+
+    #[test]
+    fn huge_sizes_are_errors_and_ranges_end_instead_of_wrapping() {
+        assert!(parse_sizes("99999999999GiB", 4).is_err());
+        let sizes = parse_sizes("1..18446744073709551615", 2).unwrap();
+        assert_eq!(sizes.len(), 64);
+        assert_eq!(*sizes.last().unwrap(), 1 << 63);
     }
 
     #[test]

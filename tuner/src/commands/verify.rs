@@ -40,8 +40,40 @@ pub struct VerifyArgs {
     pub no_progress: bool,
 }
 
+/// The same input rules as `sweep` and `fit`, so a typo is an input error
+/// rather than a verdict of FAIL.
+fn check_arguments(args: &VerifyArgs) -> Result<(), Error> {
+    if args.samples < 5 {
+        return Err(Error::Input("--samples must be at least 5".to_string()));
+    }
+    if !(args.alpha > 0.0 && args.alpha < 1.0) {
+        return Err(Error::Input(format!(
+            "--alpha {} must be in (0, 1)",
+            args.alpha
+        )));
+    }
+    if args.keys.min_bytes == 0 || args.keys.min_bytes > args.keys.max_bytes {
+        return Err(Error::Input(format!(
+            "invalid size range: --min-bytes {} must be above 0 and at most --max-bytes {}",
+            args.keys.min_bytes, args.keys.max_bytes
+        )));
+    }
+    for (flag, pct) in [
+        ("--max-median-regret-pct", args.max_median_regret_pct),
+        ("--max-worst-regret-pct", args.max_worst_regret_pct),
+    ] {
+        if !(pct >= 0.0 && pct.is_finite()) {
+            return Err(Error::Input(format!(
+                "{flag} {pct} must be a percentage of 0 or more"
+            )));
+        }
+    }
+    Ok(())
+}
+
 pub fn verify(args: &VerifyArgs, out: &mut dyn Write) -> Result<Exit, Error> {
-    // The GPU first: without one nothing else matters, and the user is told so
+    check_arguments(args)?;
+    // Then the GPU: without one nothing else matters, and the user is told so
     // in one line.
     let mut backend = args.backend.open()?;
     let path = args.toml.display().to_string();
