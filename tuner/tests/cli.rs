@@ -69,6 +69,10 @@ fn synthetic_sweeps_never_default_to_tuned() {
     let out = tuner(&["sweep", "--synthetic", "--dry-run"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("--synthetic needs --out"));
+    // Checked before any GPU is looked for, so this holds on every machine.
+    let out = tuner(&["sweep", "--loopback", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--loopback needs --out"));
 }
 
 #[test]

@@ -85,12 +85,20 @@ impl SweepArgs {
 
 pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     let fit_settings = args.fit.settings()?;
-    let out_dir = match (&args.out, args.backend.synthetic) {
-        (Some(dir), _) => dir.clone(),
-        (None, false) => PathBuf::from("tuned"),
-        (None, true) => {
+    // Only a real platform's measurements may land in tuned/ by default: every
+    // file there is compiled into `policy`.
+    let out_dir = match (&args.out, args.backend.synthetic, args.backend.loopback) {
+        (Some(dir), _, _) => dir.clone(),
+        (None, false, false) => PathBuf::from("tuned"),
+        (None, true, _) => {
             return Err(Error::Input(
                 "--synthetic needs --out: synthetic tables must never replace real ones in tuned/"
+                    .to_string(),
+            ));
+        }
+        (None, false, true) => {
+            return Err(Error::Input(
+                "--loopback needs --out: a loopback world validates kernels, not a platform, so its table does not belong in tuned/"
                     .to_string(),
             ));
         }
