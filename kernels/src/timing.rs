@@ -6,6 +6,14 @@
 //! `calls_per_sample` forced calls are captured back to back in one graph per
 //! rank and each sample times one replay, so launch overhead is what a captured
 //! engine pays. In eager mode a sample times `calls_per_sample` launches.
+//!
+//! Samples run back to back on each stream, an event between consecutive ones,
+//! after one host rendezvous and one untimed round: the ranks then run in the
+//! lockstep their collectives impose, as in an engine's forward pass. (A host
+//! rendezvous before every sample would add the threads' wake-up skew, several
+//! µs, to every sample: with one call per sample that doubled the per-call time
+//! of megabyte messages and made the curves jump wherever `calls_per_sample`
+//! changed.)
 
 use std::sync::Arc;
 
@@ -197,29 +205,33 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
     let per_rank = for_each_rank(ranks, tensors, |rank, mut t, rendezvous| {
         let stream = rank.stream().clone();
         let ctx = stream.context().clone();
-        let start = ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .during("creating a timing event")?;
-        let end = ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .during("creating a timing event")?;
+        // samples + 1 events: sample i is the time between marks i and i + 1.
+        let marks = (0..=spec.samples)
+            .map(|_| {
+                ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .during("creating a timing event")
+            })
+            .collect::<Result<Vec<_>>>()?;
         let calls = spec.calls_per_sample;
-        let mut samples = Vec::with_capacity(spec.samples as usize);
         match spec.mode {
             Mode::Eager => {
                 for _ in 0..spec.warmup {
                     call_once(rank, spec.collective, &mut t, how)?;
                 }
                 rank.check()?;
-                for _ in 0..spec.samples {
-                    rendezvous.wait(rank.rank())?;
-                    start.record(&stream).during("recording a timing event")?;
+                rendezvous.wait(rank.rank())?;
+                // One untimed round absorbs the skew of the threads' start.
+                for _ in 0..calls {
+                    call_once(rank, spec.collective, &mut t, how)?;
+                }
+                marks[0]
+                    .record(&stream)
+                    .during("recording a timing event")?;
+                for mark in &marks[1..] {
                     for _ in 0..calls {
                         call_once(rank, spec.collective, &mut t, how)?;
                     }
-                    end.record(&stream).during("recording a timing event")?;
-                    let ms = start.elapsed_ms(&end).during("reading a timing event")?;
-                    samples.push(ms as f64 * 1e3 / calls as f64);
+                    mark.record(&stream).during("recording a timing event")?;
                 }
             }
             Mode::Graph => {
@@ -234,15 +246,23 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
                     graph.launch().during("replaying a graph")?;
                 }
                 rank.check()?;
-                for _ in 0..spec.samples {
-                    rendezvous.wait(rank.rank())?;
-                    start.record(&stream).during("recording a timing event")?;
+                rendezvous.wait(rank.rank())?;
+                graph.launch().during("replaying a graph")?;
+                marks[0]
+                    .record(&stream)
+                    .during("recording a timing event")?;
+                for mark in &marks[1..] {
                     graph.launch().during("replaying a graph")?;
-                    end.record(&stream).during("recording a timing event")?;
-                    let ms = start.elapsed_ms(&end).during("reading a timing event")?;
-                    samples.push(ms as f64 * 1e3 / calls as f64);
+                    mark.record(&stream).during("recording a timing event")?;
                 }
             }
+        }
+        let mut samples = Vec::with_capacity(spec.samples as usize);
+        for pair in marks.windows(2) {
+            let ms = pair[0]
+                .elapsed_ms(&pair[1])
+                .during("reading a timing event")?;
+            samples.push(ms as f64 * 1e3 / calls as f64);
         }
         rank.check()?;
         Ok(samples)
