@@ -7,6 +7,13 @@
 //! the chosen one (one-sided Mann-Whitney, α); otherwise the two are
 //! indistinguishable and the regret is recorded but counted as zero. Close
 //! calls get extra rounds of samples first, as bisection probes do.
+//!
+//! A size whose regret would break the worst-regret limit is measured a second
+//! time, from scratch, for the two algorithms involved; the smaller of the two
+//! regrets counts (a 0 where the difference is not significant). A table is blamed for what reproduces, not for one slow
+//! measurement of one candidate (on one H200, eager calls of a candidate were
+//! seen running ~2.5 µs slower than at the sizes around them in one
+//! measurement). Both figures are in the report.
 
 use tuned_schema::interpret;
 use tuned_schema::{Algo, Collective, DType, Document, Mode, Query, TableKey};
@@ -74,6 +81,9 @@ pub struct SizeRegret {
     pub regret: f64,
     /// The best is significantly faster than the chosen one.
     pub significant: bool,
+    /// When the size was measured twice (its first regret broke the worst
+    /// limit): the regret of the measurement that does not count, the larger.
+    pub other_regret: Option<f64>,
 }
 
 impl SizeRegret {
@@ -225,8 +235,63 @@ fn verify_size(
         measure::settle(backend, key, &mut column, (chosen, best), &settings.effort)
             .map_err(|e| RunStatus::Failed(e.0))?;
     }
-    Ok(size_regret(&column, bytes, chosen, settings.effort.alpha)
-        .map_or(SizeOutcome::NothingRan, SizeOutcome::Regret))
+    let Some(first) = size_regret(&column, bytes, chosen, settings.effort.alpha) else {
+        return Ok(SizeOutcome::NothingRan);
+    };
+    if first.counted() <= settings.max_worst_regret {
+        return Ok(SizeOutcome::Regret(first));
+    }
+    let second = remeasure(
+        backend,
+        key,
+        bytes,
+        (chosen, first.best),
+        settings,
+        observer,
+    )?;
+    Ok(SizeOutcome::Regret(match second {
+        Some(second) if second.counted() < first.counted() => SizeRegret {
+            other_regret: Some(first.regret),
+            ..second
+        },
+        Some(second) => SizeRegret {
+            other_regret: Some(second.regret),
+            ..first
+        },
+        None => first,
+    }))
+}
+
+/// A fresh measurement of the chosen and the best algorithm at one size.
+fn remeasure(
+    backend: &mut dyn Backend,
+    key: TableKey,
+    bytes: u64,
+    (chosen, best): (Algo, Algo),
+    settings: &VerifySettings,
+    observer: &mut dyn Observer,
+) -> Result<Option<SizeRegret>, RunStatus> {
+    let mut column = Column::new();
+    // The best first this time: any drift of the machine's state during the
+    // two measurements then works against the other candidate.
+    for algo in [best, chosen] {
+        if observer.should_stop() {
+            return Err(RunStatus::Interrupted);
+        }
+        let point =
+            measure::measure_point(backend, key, bytes, algo, Origin::Grid, &settings.effort)
+                .map_err(|(_, e)| {
+                    RunStatus::Failed(format!(
+                        "{} {} at {bytes} bytes: {e}",
+                        key_name(&key),
+                        algo.name()
+                    ))
+                })?;
+        column.insert(algo, point);
+    }
+    measure::settle(backend, key, &mut column, (chosen, best), &settings.effort)
+        .map_err(|e| RunStatus::Failed(e.0))?;
+    Ok(size_regret(&column, bytes, chosen, settings.effort.alpha))
 }
 
 fn estimate(backend: &dyn Backend, work: &[(TableKey, Vec<u64>)], reps: Repetitions) -> (u64, f64) {
@@ -313,6 +378,7 @@ fn size_regret(column: &Column, bytes: u64, chosen: Algo, alpha: f64) -> Option<
         best_us,
         regret: chosen_us / best_us - 1.0,
         significant,
+        other_regret: None,
     })
 }
 
@@ -366,13 +432,26 @@ impl VerifyReport {
             for s in costly.iter().take(3) {
                 let _ = writeln!(
                     out,
-                    "  at {}: chose {} {}, best {} {} (+{:.2}%)",
+                    "  at {}: chose {} {}, best {} {} (+{:.2}%){}",
                     size(s.bytes),
                     s.chosen.name(),
                     micros(Some(s.chosen_us)),
                     s.best.name(),
                     micros(Some(s.best_us)),
-                    s.regret * 100.0
+                    s.regret * 100.0,
+                    remeasured_note(s)
+                );
+            }
+            for s in key
+                .sizes
+                .iter()
+                .filter(|s| s.other_regret.is_some() && !s.significant)
+            {
+                let _ = writeln!(
+                    out,
+                    "  at {}: +{:.2}% in one measurement, not significant in the other",
+                    size(s.bytes),
+                    s.other_regret.unwrap_or_default() * 100.0
                 );
             }
             for (bytes, algo, error) in &key.wrong_results {
@@ -407,6 +486,13 @@ impl VerifyReport {
     }
 }
 
+/// How a re-measured size is shown next to its regret.
+fn remeasured_note(s: &SizeRegret) -> String {
+    s.other_regret
+        .map(|other| format!(" [measured twice; the other +{:.2}%]", other * 100.0))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,6 +512,7 @@ mod tests {
             best_us,
             regret: chosen_us / best_us - 1.0,
             significant,
+            other_regret: None,
         }
     }
 
@@ -447,6 +534,116 @@ mod tests {
         assert!((verdict.worst_regret - 0.1).abs() < 1e-12);
         assert!((verdict.worst_us - 1.0).abs() < 1e-12);
         assert!(!verdict.pass, "a 10% worst regret is above the 5% limit");
+    }
+
+    /// Slows every custom algorithm by `factor`: in its first measurement at
+    /// each size only (a transient), or always (a real regression).
+    struct Slowed {
+        inner: SyntheticBackend,
+        factor: f64,
+        only_first: bool,
+        seen: std::collections::HashSet<(Algo, u64)>,
+    }
+
+    impl Backend for Slowed {
+        fn platform(&self) -> crate::backend::PlatformDesc {
+            self.inner.platform()
+        }
+        fn world_sizes(&self) -> Vec<u32> {
+            self.inner.world_sizes()
+        }
+        fn verify(
+            &mut self,
+            key: TableKey,
+            algo: Algo,
+            bytes: u64,
+        ) -> Result<crate::backend::Verified, crate::backend::BackendError> {
+            self.inner.verify(key, algo, bytes)
+        }
+        fn measure(
+            &mut self,
+            key: TableKey,
+            algo: Algo,
+            bytes: u64,
+            reps: Repetitions,
+        ) -> Result<Vec<f64>, crate::backend::BackendError> {
+            let samples = self.inner.measure(key, algo, bytes, reps)?;
+            let first = self.seen.insert((algo, bytes));
+            let slow = algo.is_custom() && (first || !self.only_first);
+            let factor = if slow { self.factor } else { 1.0 };
+            Ok(samples.into_iter().map(|t| t * factor).collect())
+        }
+        fn estimated_point_seconds(
+            &self,
+            key: TableKey,
+            algo: Algo,
+            bytes: u64,
+            reps: Repetitions,
+        ) -> f64 {
+            self.inner.estimated_point_seconds(key, algo, bytes, reps)
+        }
+    }
+
+    fn fitted_document() -> (Document, VerifySettings) {
+        let sweep_settings = SweepSettings {
+            collectives: vec![Collective::AllReduce],
+            world_sizes: vec![8],
+            dtypes: vec![DType::Bf16],
+            modes: vec![Mode::Graph],
+            max_bytes: 8 << 20,
+            ..SweepSettings::default()
+        };
+        let mut backend = SyntheticBackend::new(SyntheticConfig::planted(0.02, 4));
+        let evidence = sweep(&mut backend, &sweep_settings, "2026-11-29", &mut Quiet)
+            .unwrap()
+            .evidence;
+        let doc = build_document(
+            &evidence,
+            &fit(&evidence, &FitSettings::default()),
+            None,
+            Vec::new(),
+        );
+        let settings = VerifySettings {
+            max_bytes: 8 << 20,
+            ..VerifySettings::default()
+        };
+        (doc, settings)
+    }
+
+    /// One slow measurement of the chosen algorithm is measured again and does
+    /// not fail the table; a slowdown that reproduces does.
+    #[test]
+    fn a_failing_size_counts_only_if_it_reproduces() {
+        let (doc, settings) = fitted_document();
+        let mut transient = Slowed {
+            inner: SyntheticBackend::new(SyntheticConfig::planted(0.02, 5)),
+            factor: 1.5,
+            only_first: true,
+            seen: Default::default(),
+        };
+        let report = verify(&mut transient, &doc, &settings, &mut Quiet).unwrap();
+        assert!(report.pass(), "{}", report.render());
+        let key = &report.keys[0];
+        assert!(
+            key.sizes
+                .iter()
+                .any(|s| s.other_regret.unwrap_or(0.0) > 0.3),
+            "the slow first measurements were seen and measured again: {}",
+            report.render()
+        );
+
+        let mut persistent = Slowed {
+            only_first: false,
+            seen: Default::default(),
+            ..transient
+        };
+        let report = verify(&mut persistent, &doc, &settings, &mut Quiet).unwrap();
+        assert!(!report.pass(), "{}", report.render());
+        assert!(
+            report.render().contains("measured twice"),
+            "{}",
+            report.render()
+        );
     }
 
     /// A fitted table passes on the platform it was fitted on; the same table
