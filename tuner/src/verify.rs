@@ -650,28 +650,8 @@ mod tests {
     /// with NCCL everywhere does not.
     #[test]
     fn fitted_tables_pass_and_naive_ones_fail() {
-        let sweep_settings = SweepSettings {
-            collectives: vec![Collective::AllReduce],
-            world_sizes: vec![8],
-            dtypes: vec![DType::Bf16],
-            modes: vec![Mode::Graph],
-            max_bytes: 8 << 20,
-            ..SweepSettings::default()
-        };
+        let (mut doc, settings) = fitted_document();
         let mut backend = SyntheticBackend::new(SyntheticConfig::planted(0.02, 4));
-        let evidence = sweep(&mut backend, &sweep_settings, "2026-11-29", &mut Quiet)
-            .unwrap()
-            .evidence;
-        let mut doc = build_document(
-            &evidence,
-            &fit(&evidence, &FitSettings::default()),
-            None,
-            Vec::new(),
-        );
-        let settings = VerifySettings {
-            max_bytes: 8 << 20,
-            ..VerifySettings::default()
-        };
         let report = verify(&mut backend, &doc, &settings, &mut Quiet).unwrap();
         assert!(report.pass(), "{}", report.render());
 
