@@ -100,15 +100,7 @@ fn suite_on(count: usize, suite: &mut Suite) {
         ranks[0].link().name()
     ));
     for collective in Collective::ALL {
-        let algos: &[Algo] = match collective {
-            Collective::AllReduce => &[
-                Algo::OneShotPush,
-                Algo::OneShotPull,
-                Algo::TwoShotPull,
-                Algo::Nccl,
-            ],
-            Collective::AllGather => &[Algo::OneShotPush, Algo::OneShotPull, Algo::Nccl],
-        };
+        let algos = collective.algos();
         for &algo in algos {
             for bytes in SWEEP_BYTES {
                 let per_rank = match collective {

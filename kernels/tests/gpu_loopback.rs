@@ -27,18 +27,6 @@ const SWEEP_BYTES: [usize; 8] = [16, 48, 592, 4096, 65_552, 262_144, MIB, 2 * MI
 const GRAPH_BYTES: usize = 65_552;
 const GRAPH_REPLAYS: usize = 1000;
 
-fn custom_and_nccl(collective: Collective) -> &'static [Algo] {
-    match collective {
-        Collective::AllReduce => &[
-            Algo::OneShotPush,
-            Algo::OneShotPull,
-            Algo::TwoShotPull,
-            Algo::Nccl,
-        ],
-        Collective::AllGather => &[Algo::OneShotPush, Algo::OneShotPull, Algo::Nccl],
-    }
-}
-
 fn loopback(ctx: &Arc<CudaContext>, world: usize) -> Vec<RankComm> {
     World::loopback(ctx.clone(), world, Options::default())
         .unwrap_or_else(|e| panic!("building a loopback world of {world}: {e}"))
@@ -120,7 +108,7 @@ fn sweep<T: Element>(
         {
             continue;
         }
-        for &algo in custom_and_nccl(collective) {
+        for &algo in collective.algos() {
             let case = Case {
                 collective,
                 how: Select::Force(algo),
@@ -132,7 +120,7 @@ fn sweep<T: Element>(
             run::<T>(suite, ctx, ranks, case, Mode::Eager, expect);
         }
     }
-    for &algo in custom_and_nccl(collective) {
+    for &algo in collective.algos() {
         let case = Case {
             collective,
             how: Select::Force(algo),
@@ -237,7 +225,7 @@ fn loopback_in_place() {
     for world in [2, 8] {
         let mut ranks = loopback(&ctx, world);
         for collective in Collective::ALL {
-            for &algo in custom_and_nccl(collective) {
+            for &algo in collective.algos() {
                 for bytes in [4096, 65_552] {
                     for mode in [Mode::Eager, Mode::Graph] {
                         let case = Case {
@@ -395,7 +383,7 @@ fn world_of_one_runs_nccl_and_every_algorithm() {
     let mut ranks = loopback(&ctx, 1);
     assert_eq!(ranks[0].fallback_kind(), Fallback::Nccl);
     for collective in Collective::ALL {
-        for &algo in custom_and_nccl(collective) {
+        for &algo in collective.algos() {
             for bytes in [16, 4096, 65_552] {
                 for placement in [Placement::OutOfPlace, Placement::InPlace] {
                     let case = Case {

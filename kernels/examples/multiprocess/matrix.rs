@@ -30,15 +30,7 @@ pub fn run(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
     let mut failed = 0;
     let mut cases = 0;
     for collective in [Collective::AllReduce, Collective::AllGather] {
-        let algos: &[Algo] = match collective {
-            Collective::AllReduce => &[
-                Algo::OneShotPush,
-                Algo::OneShotPull,
-                Algo::TwoShotPull,
-                Algo::Nccl,
-            ],
-            Collective::AllGather => &[Algo::OneShotPush, Algo::OneShotPull, Algo::Nccl],
-        };
+        let algos = collective.algos();
         for &algo in algos {
             for dtype in [DType::Bf16, DType::F16, DType::F32] {
                 for issue in [Issue::Eager, Issue::Graph] {
