@@ -9,16 +9,21 @@ pub(crate) mod vocab {
 
 use vocab::{Algo, Arch, Capacity, Collective, Link, Query};
 
-/// The policy of one communicator: the generated tables plus the
+/// The policy of one communicator: the tables in use plus the
 /// `COLLTUNE_ALGO` override, read once when the world is built.
+///
+/// The tables are `policy::tables_in_use()`: `policy`'s own, or those an
+/// engine compiled from its own `tuned/` and handed over with
+/// `policy::use_tables` before building the world.
 pub(crate) struct Selector {
     policy: policy::Policy,
+    tables: &'static policy::Tables,
 }
 
 impl Selector {
     pub(crate) fn from_env() -> Result<Selector> {
         policy::Policy::from_env()
-            .map(|policy| Selector { policy })
+            .map(Selector::with_override)
             .map_err(|e| Error::Policy(e.to_string()))
     }
 
@@ -26,8 +31,15 @@ impl Selector {
     #[cfg(test)]
     pub(crate) fn from_spec(spec: &str) -> Result<Selector> {
         policy::Policy::from_spec(spec)
-            .map(|policy| Selector { policy })
+            .map(Selector::with_override)
             .map_err(|e| Error::Policy(e.to_string()))
+    }
+
+    fn with_override(policy: policy::Policy) -> Selector {
+        Selector {
+            policy,
+            tables: policy::tables_in_use(),
+        }
     }
 
     /// The override in force, for the configuration every rank must share.
@@ -36,16 +48,18 @@ impl Selector {
     }
 
     pub(crate) fn select(&self, query: Query) -> Algo {
-        self.policy.select(query)
+        self.policy.select_with(self.tables, query)
     }
 }
 
-/// How large a message `algo` takes for `collective` on this platform.
+/// How large a message `algo` takes for `collective` on this platform,
+/// according to the tables in use.
 pub(crate) fn capacity(arch: Arch, link: Link, collective: Collective, algo: Algo) -> Capacity {
-    policy::capacity(arch, link, collective, algo)
+    policy::tables_in_use().capacity(arch, link, collective, algo)
 }
 
-/// The tables' choice for `query`, without the override.
+/// The choice of the tables in use (`policy`'s, or an engine's given to
+/// `policy::use_tables`) for `query`, without the override.
 pub fn table_choice(query: Query) -> Algo {
-    policy::select(query)
+    policy::tables_in_use().select(query)
 }

@@ -23,7 +23,7 @@ impl Parse for Args {
         let folder: LitStr = input.parse().map_err(|e| {
             syn::Error::new(
                 e.span(),
-                "expected the folder of *.toml files as a string, e.g. include_tuned!(\"../tuned\")",
+                "expected the folder of *.toml files as a string, e.g. include_tuned!(\"tuned\")",
             )
         })?;
         let mut base = Base::Manifest;

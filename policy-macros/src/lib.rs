@@ -1,4 +1,4 @@
-//! `include_tuned!("../tuned")`: turns a folder of `*.toml` selection tables into
+//! `include_tuned!("tuned")`: turns a folder of `*.toml` selection tables into
 //! `const fn` selection code with compile-time checks.
 //!
 //! The macro is a thin shell: `tuned-schema` reads and validates the files,
@@ -7,9 +7,11 @@
 //! literal; the macro never panics on bad input.
 //!
 //! The expansion defines, in the invoking module: `table_arch`, `select`,
-//! `capacity`, `PLATFORMS` and `const _: () = assert!(…)` checks. It refers to
+//! `capacity`, `PLATFORMS`, `static TABLES: policy::Tables` (the same, as one
+//! value for a dispatcher) and `const _: () = assert!(…)` checks. It refers to
 //! the vocabulary as `::policy::…`, so the invoking crate must depend on `policy`
-//! (or be `policy`, which declares `extern crate self as policy`).
+//! (or be `policy`, which declares `extern crate self as policy`); engines
+//! usually invoke it as `policy::include_tuned!`, which re-exports it.
 
 mod args;
 mod codegen;
@@ -26,7 +28,7 @@ use args::{Args, Base};
 /// Generates the selection functions from every `*.toml` file in a folder.
 ///
 /// ```text
-/// policy_macros::include_tuned!("../tuned");                      // relative to Cargo.toml
+/// policy_macros::include_tuned!("tuned");                           // relative to Cargo.toml
 /// policy_macros::include_tuned!("fixtures/bad", relative_to = file); // relative to this .rs file
 /// ```
 #[proc_macro]
@@ -37,8 +39,36 @@ pub fn include_tuned(input: TokenStream) -> TokenStream {
             .map_err(|diagnostics| to_error(&args.folder, diagnostics))
     });
     match expanded {
-        Ok(files) => codegen::generate(&files).into(),
+        Ok(files) => {
+            let mut tokens = codegen::generate(&files);
+            tokens.extend(tables_static(&args.folder));
+            tokens.into()
+        }
         Err(error) => error.to_compile_error().into(),
+    }
+}
+
+/// `static TABLES`: the generated items as one value, which a dispatcher
+/// compiled before the invoking crate (`kernels`) can call through. A `static`
+/// rather than a `const` so that it has one address, by which `use_tables`
+/// recognises a second hand-over of the same tables.
+fn tables_static(folder: &LitStr) -> proc_macro2::TokenStream {
+    // The macro runs inside the invoking crate's rustc, which Cargo gives the
+    // crate's name; without Cargo the folder alone has to do.
+    let origin = match std::env::var("CARGO_PKG_NAME") {
+        Ok(name) if !name.is_empty() => format!("{name}: {}", folder.value()),
+        _ => folder.value(),
+    };
+    quote::quote! {
+        /// The tables of this module as one value, for
+        /// [`policy::use_tables`](::policy::use_tables) and dispatchers.
+        pub static TABLES: ::policy::Tables = ::policy::Tables::__generated(
+            #origin,
+            select,
+            capacity,
+            table_arch,
+            PLATFORMS,
+        );
     }
 }
 

@@ -57,6 +57,58 @@
 //!
 //! `Query::bytes` is the size of the collective's OUTPUT: for all-reduce the
 //! tensor, for all-gather the gathered tensor (world size × each rank's input).
+//!
+//! # Which tables are built in
+//!
+//! The tables above come from the `tuned/` folder inside this package. In the
+//! colltune repository that folder is a symbolic link to the repository's
+//! `tuned/`, the one place the tables are edited; `cargo package` follows the
+//! link, so the published crate carries the same files as plain files and
+//! builds with nothing outside it.
+//!
+//! # An engine's own tables
+//!
+//! An engine that measured its own GPUs keeps its `tuned/` folder in its own
+//! repository and compiles it with the same macro, into a module of its own
+//! crate. It gets the same `const fn`s and the same compile-time checks, and a
+//! [`Tables`] value to hand to `kernels`:
+//!
+//! ```no_run
+//! // In the engine's crate, which needs only `policy` as a dependency.
+//! use policy::{Algo, Arch, Collective, DType, Link, Mode, Query};
+//!
+//! pub mod tables {
+//!     // Relative to the engine's Cargo.toml. Defines `select`, `capacity`,
+//!     // `table_arch`, `PLATFORMS` and `static TABLES: policy::Tables` here.
+//!     policy::include_tuned!("tuned");
+//! }
+//!
+//! const DECODE: Query = Query {
+//!     collective: Collective::AllReduce,
+//!     arch: Arch::SM90,
+//!     link: Link::NvLink,
+//!     world_size: 8,
+//!     dtype: DType::Bf16,
+//!     mode: Mode::Graph,
+//!     bytes: 16 * 1024,
+//! };
+//! // Decided at compile time from the engine's files.
+//! const DECODE_ALGO: Algo = tables::select(DECODE);
+//!
+//! fn main() {
+//!     // Once, before the first communicator: `kernels` selects and sizes its
+//!     // buffers with these tables from now on (instead of `policy`'s own).
+//!     policy::use_tables(&tables::TABLES).expect("no other tables in use yet");
+//!     // … kernels::World::devices(…), rank.all_reduce(…) …
+//! }
+//! ```
+//!
+//! and a `build.rs` with `println!("cargo:rerun-if-changed=tuned");`, so that
+//! adding a file to the folder rebuilds the crate (edits of existing files are
+//! tracked without it). [`use_tables`] refuses to switch once a dispatcher has
+//! settled on tables ([`tables_in_use`]); the built-in [`select`] and
+//! [`capacity`] keep answering from `policy`'s own files. The workspace's
+//! `examples/engine` crate is a complete, tested example.
 
 // The generated code names everything `::policy::…` so that other crates can
 // invoke the macro too; this makes those paths resolve inside `policy` itself.
@@ -64,11 +116,19 @@ extern crate self as policy;
 
 mod overrides;
 mod platforms;
+mod tables;
 
 pub use overrides::{OVERRIDE_ENV, OverrideError, Policy};
 pub use platforms::{BandInfo, CapacityInfo, PlatformInfo, TableInfo};
+/// Compiles a folder of `*.toml` tables into `select`, `capacity`,
+/// `table_arch`, `PLATFORMS` and `TABLES` in the invoking module, with the same
+/// checks as `policy`'s own; see [An engine's own tables](crate#an-engines-own-tables).
+pub use policy_macros::include_tuned;
+pub use tables::{Tables, TablesInUse, tables_in_use, use_tables};
 pub use tuned_schema::{
     Algo, Arch, Capacity, Collective, DEFAULT_ALIGN, DType, Link, Mode, Query, default_capacity,
 };
 
-policy_macros::include_tuned!("../tuned");
+// `tuned` is inside this package so that the published crate carries it; in
+// the repository it links to the repository's `tuned/` (see the crate docs).
+policy_macros::include_tuned!("tuned");

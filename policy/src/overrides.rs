@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use crate::{Algo, Collective, Query};
+use crate::{Algo, Collective, Query, Tables};
 
 /// The environment variable read by [`Policy::from_env`].
 pub const OVERRIDE_ENV: &str = "COLLTUNE_ALGO";
@@ -128,12 +128,23 @@ impl Policy {
         self.all_reduce.is_none() && self.all_gather.is_none()
     }
 
-    /// The forced algorithm for `q.collective`, else [`crate::select`].
+    /// The forced algorithm for `q.collective`, else [`crate::select`] (the
+    /// tables built into `policy`).
     #[inline]
     pub const fn select(&self, q: Query) -> Algo {
         match self.forced(q.collective) {
             Some(algo) => algo,
             None => crate::select(q),
+        }
+    }
+
+    /// The forced algorithm for `q.collective`, else what `tables` choose: for
+    /// a dispatcher whose tables are an engine's ([`crate::tables_in_use`]).
+    #[inline]
+    pub fn select_with(&self, tables: &Tables, q: Query) -> Algo {
+        match self.forced(q.collective) {
+            Some(algo) => algo,
+            None => tables.select(q),
         }
     }
 }

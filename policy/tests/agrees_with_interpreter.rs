@@ -14,7 +14,7 @@ use policy::{Algo, Arch, Collective, DType, Link, Mode, Query};
 use proptest::prelude::*;
 use tuned_schema::{Document, interpret};
 
-static SHIPPED_DOCS: LazyLock<Vec<Document>> = LazyLock::new(|| documents("../tuned"));
+static SHIPPED_DOCS: LazyLock<Vec<Document>> = LazyLock::new(|| documents("tuned"));
 static FIXTURE_DOCS: LazyLock<Vec<Document>> =
     LazyLock::new(|| documents("tests/fixtures/fallback"));
 

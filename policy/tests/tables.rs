@@ -144,7 +144,7 @@ fn every_custom_band_fits_its_capacity_at_its_upper_edge() {
 
 #[test]
 fn platforms_mirror_the_files() {
-    let docs = documents("../tuned");
+    let docs = documents("tuned");
     assert_eq!(PLATFORMS.len(), docs.len());
     for (info, doc) in PLATFORMS.iter().zip(&docs) {
         assert_eq!(
@@ -154,7 +154,7 @@ fn platforms_mirror_the_files() {
         assert_eq!(info.gpu, doc.platform.gpu);
         assert_eq!(info.source, doc.platform.source.name());
         assert_eq!(info.citation, doc.platform.citation.as_deref());
-        assert_eq!(info.file, format!("../tuned/{}", doc.file_name()));
+        assert_eq!(info.file, format!("tuned/{}", doc.file_name()));
         assert_eq!(info.capacities.len(), doc.capacities.len());
         assert_eq!(info.tables.len(), doc.tables.len());
         for (t, d) in info.tables.iter().zip(&doc.tables) {
