@@ -34,6 +34,18 @@ pub struct TableInfo {
     pub world_size: u32,
     pub dtype: DType,
     pub mode: Mode,
+    /// `measured` or `published`: where this table's figures come from — its
+    /// own `source`, or the file's when it names none (`source_inherited`).
+    pub source: &'static str,
+    /// True when the table names no source of its own and takes the file's.
+    pub source_inherited: bool,
+    /// Published: where the figures were read.
+    pub citation: Option<&'static str>,
+    /// Measured: the evidence file (relative to the TOML), the sweep's ISO date
+    /// and the tuner version, where the file says them.
+    pub evidence: Option<&'static str>,
+    pub date: Option<&'static str>,
+    pub tuner_version: Option<&'static str>,
     /// How the row was measured or where it was read.
     pub note: Option<&'static str>,
     pub bands: &'static [BandInfo],

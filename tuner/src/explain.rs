@@ -9,7 +9,7 @@ use tuned_schema::{Algo, Query, interpret};
 
 use crate::evidence::key_name;
 use crate::format;
-use crate::show::bands_of;
+use crate::show::{bands_of, source_text};
 
 /// The explanation of `query` against the compiled tables.
 pub fn explain(query: Query) -> String {
@@ -78,9 +78,6 @@ pub fn explain_with(
             query.arch, platform.arch
         );
     }
-    if let Some(citation) = platform.citation {
-        let _ = writeln!(out, "citation: {citation}");
-    }
     let Some(table) = platform.table(query.collective, query.world_size, query.dtype, query.mode)
     else {
         let _ = writeln!(out, "table: none for {} in this file", key_name(&key));
@@ -89,6 +86,8 @@ pub fn explain_with(
         return out;
     };
     let _ = writeln!(out, "table: {}", key_name(&key));
+    // The table's own source, or the file's when it names none.
+    let _ = writeln!(out, "source: {}", source_text(table));
     if let Some(note) = table.note {
         let _ = writeln!(out, "note: {note}");
     }
@@ -183,6 +182,10 @@ mod tests {
                     let q = query(p, t, bytes);
                     let text = explain(q);
                     assert!(text.contains(p.file), "{text}");
+                    assert!(
+                        text.contains(&format!("\nsource: {}", t.source)),
+                        "every table says where it came from: {text}"
+                    );
                     assert!(text.contains(&format!("→ {}", b.algo.name())), "{text}");
                     assert!(
                         text.ends_with(&format!("selected: {}\n", policy::select(q).name())),

@@ -1,6 +1,6 @@
 //! `tuner show`: the tables compiled into `policy` (`policy::PLATFORMS`), as a
-//! person reads them: per platform its source, capacities and one line of bands
-//! per key.
+//! person reads them: per platform its sources, capacities, and per key one
+//! line of bands and one line saying where they come from.
 
 use std::fmt::Write;
 
@@ -47,7 +47,7 @@ pub fn render(platforms: &[PlatformInfo], filter: &ShowFilter) -> String {
             platform.arch,
             platform.link.name(),
             platform.gpu,
-            platform.source
+            sources_summary(platform)
         );
         let _ = writeln!(out, "  file: {}", platform.file);
         if let Some(citation) = platform.citation {
@@ -67,6 +67,7 @@ pub fn render(platforms: &[PlatformInfo], filter: &ShowFilter) -> String {
         let width = tables.iter().map(|t| key_label(t).len()).max().unwrap_or(0);
         for table in &tables {
             let _ = writeln!(out, "  {:width$}  {}", key_label(table), bands_line(table));
+            let _ = writeln!(out, "  {:width$}  source: {}", "", source_short(table));
             if filter.notes
                 && let Some(note) = table.note
             {
@@ -82,6 +83,61 @@ pub fn render(platforms: &[PlatformInfo], filter: &ShowFilter) -> String {
         out.push_str("no platform file matches; every query selects nccl\n");
     }
     out
+}
+
+/// `published`, or for a file that mixes them `published (24 tables), measured (12 tables)`.
+fn sources_summary(platform: &PlatformInfo) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for table in platform.tables {
+        match counts.iter_mut().find(|(s, _)| *s == table.source) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((table.source, 1)),
+        }
+    }
+    match counts.as_slice() {
+        [] => platform.source.to_string(),
+        [(only, _)] => only.to_string(),
+        _ => counts
+            .iter()
+            .map(|(source, n)| {
+                let tables = if *n == 1 { "table" } else { "tables" };
+                format!("{source} ({n} {tables})")
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// Where a table's figures come from, in full: `published: <citation>` or
+/// `measured on 2026-11-29 by tuner v0.1.0, evidence sm90-nvlink.evidence.json`.
+pub fn source_text(t: &TableInfo) -> String {
+    match t.citation {
+        Some(citation) => format!("{}: {citation}", t.source),
+        None => measured_text(t),
+    }
+}
+
+/// As [`source_text`], but a citation the file already printed is not repeated.
+fn source_short(t: &TableInfo) -> String {
+    if t.source_inherited && t.citation.is_some() {
+        format!("{} (the file's citation, above)", t.source)
+    } else {
+        source_text(t)
+    }
+}
+
+fn measured_text(t: &TableInfo) -> String {
+    let mut text = t.source.to_string();
+    if let Some(date) = t.date {
+        let _ = write!(text, " on {date}");
+    }
+    if let Some(version) = t.tuner_version {
+        let _ = write!(text, " by tuner v{version}");
+    }
+    if let Some(evidence) = t.evidence {
+        let _ = write!(text, ", evidence {evidence}");
+    }
+    text
 }
 
 fn key_label(t: &TableInfo) -> String {
@@ -138,6 +194,12 @@ mod tests {
             world_size: 8,
             dtype: DType::Bf16,
             mode: Mode::Graph,
+            source: "measured",
+            source_inherited: false,
+            citation: None,
+            evidence: Some("sm90-nvlink.evidence.json"),
+            date: Some("2026-11-29"),
+            tuner_version: Some("0.1.0"),
             note: Some("measured by hand"),
             bands: &BANDS,
         },
@@ -146,6 +208,12 @@ mod tests {
             world_size: 4,
             dtype: DType::F16,
             mode: Mode::Eager,
+            source: "published",
+            source_inherited: true,
+            citation: Some("somewhere"),
+            evidence: None,
+            date: None,
+            tuner_version: None,
             note: None,
             bands: &BANDS,
         },
@@ -172,10 +240,7 @@ mod tests {
     #[test]
     fn shows_bands_capacities_and_source() {
         let text = render(&PLATFORMS, &ShowFilter::default());
-        assert!(
-            text.contains("sm90 nvlink — NVIDIA H200 — published"),
-            "{text}"
-        );
+        assert!(text.contains("sm90 nvlink — NVIDIA H200 — "), "{text}");
         assert!(text.contains("citation: somewhere"));
         assert!(text.contains("capacity: all_reduce one_shot_pull ≤ 1MiB, multiples of 16 B"));
         assert!(
@@ -183,6 +248,25 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("measured by hand"));
+    }
+
+    #[test]
+    fn every_table_says_where_it_came_from() {
+        let text = render(&PLATFORMS, &ShowFilter::default());
+        assert!(
+            text.contains(
+                "source: measured on 2026-11-29 by tuner v0.1.0, evidence sm90-nvlink.evidence.json"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("source: published (the file's citation, above)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("— NVIDIA H200 — measured (1 table), published (1 table)"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use tuned_schema::merge::{Merged, describe};
 use tuned_schema::parse::parse_document;
 use tuned_schema::validate::validate_documents;
 use tuned_schema::write::to_toml_string;
@@ -67,6 +68,9 @@ pub fn build_document(
             .iter()
             .map(|key| Table {
                 key: key.key,
+                // The file's `[platform]` names the measurement; a merge into a
+                // file with other sources makes it explicit (`tuned_schema::merge`).
+                source: None,
                 note: Some(table_note(key, &fit.settings, &platform.tuner_version)),
                 bands: key.bands.clone(),
             })
@@ -91,18 +95,60 @@ pub fn render(doc: &Document) -> String {
     to_toml_string(doc)
 }
 
-/// The `[[assert]]`s of the file at `path`, if there is one: they must survive a
-/// re-tune. A file that is there but does not parse is an error, not a silent
-/// loss of its invariants.
-pub fn existing_asserts(path: &Path) -> Result<Vec<Assertion>, Vec<Diagnostic>> {
+/// The file at `path`, if there is one: a fit merges into it (its other
+/// tables, its `[[assert]]`s and its capacities must survive a re-tune). A file
+/// that is there but does not parse is an error, not a silent loss of its tables.
+pub fn existing_document(path: &Path) -> Result<Option<Document>, Vec<Diagnostic>> {
     match std::fs::read_to_string(path) {
-        Ok(text) => parse_document(&path.display().to_string(), &text).map(|doc| doc.asserts),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Ok(text) => parse_document(&path.display().to_string(), &text).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(vec![Diagnostic::whole(
             &path.display().to_string(),
             format!("cannot read: {e}"),
         )]),
     }
+}
+
+/// What a merge did, in a few lines for the person who will review the diff.
+pub fn merge_summary(merged: &Merged, path: &Path) -> String {
+    use std::fmt::Write as _;
+    let doc = &merged.document;
+    let mut out = format!(
+        "merged into {}: replaced {} table(s), added {}, kept {}; kept {} [[assert]](s)\n",
+        path.display(),
+        merged.replaced.len(),
+        merged.added.len(),
+        merged.kept.len(),
+        doc.asserts.len()
+    );
+    if !merged.kept.is_empty() {
+        let kept: Vec<String> = merged.kept.iter().map(|k| describe(*k)).collect();
+        let _ = writeln!(out, "  kept: {}", kept.join(", "));
+    }
+    if !merged.platform_replaced {
+        let _ = writeln!(
+            out,
+            "  [platform] kept ({}): the kept tables take their source from it; the new ones name their own",
+            doc.platform.source.name()
+        );
+    }
+    for change in &merged.capacity_changes {
+        let from = change
+            .from
+            .map_or("none".to_string(), |c| capacity_text(c.max_bytes, c.align));
+        let _ = writeln!(
+            out,
+            "  capacity {} {}: {from} → {} (what the sweep measured with)",
+            change.collective.name(),
+            change.algo.name(),
+            capacity_text(change.to.max_bytes, change.to.align)
+        );
+    }
+    out
+}
+
+fn capacity_text(max_bytes: u64, align: u64) -> String {
+    format!("{}, align {align}", crate::format::exact_size(max_bytes))
 }
 
 /// Runs every check the proc-macro runs on `doc` as it would sit in `folder`,

@@ -99,10 +99,101 @@ pub struct TableKey {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Table {
     pub key: TableKey,
+    /// Where this table's bands come from, when it says so itself; `None`
+    /// takes the file's `[platform]` source (see [`Document::origin`]).
+    pub source: Option<TableSource>,
     /// Free text: how this row was measured or where it was read.
     pub note: Option<String>,
     /// Strictly increasing inclusive upper bounds; the last band has `max: None`.
     pub bands: Vec<Band>,
+}
+
+/// A table's own source. One file may mix them: a sweep on a 2-GPU machine
+/// replaces the world-size-2 tables of a published file and keeps the rest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TableSource {
+    /// Measured by `tuner sweep`: which evidence, when, by which tuner.
+    Measured(Measurement),
+    /// Read from a public source, named by `citation` (project and file, PR or figure).
+    Published { citation: String },
+}
+
+impl TableSource {
+    pub fn source(&self) -> Source {
+        match self {
+            TableSource::Measured(_) => Source::Measured,
+            TableSource::Published { .. } => Source::Published,
+        }
+    }
+}
+
+/// What a measured table rests on. All three are required: a measured table
+/// that cannot be traced to its evidence is not reviewable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Measurement {
+    /// Path of the evidence file, relative to the TOML file.
+    pub evidence: String,
+    /// ISO date of the sweep, `YYYY-MM-DD`.
+    pub date: String,
+    pub tuner_version: String,
+}
+
+/// Where one table's figures come from once the file's default is applied:
+/// the table's own source, or else `[platform]`'s `source`, `citation` and
+/// provenance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin<'a> {
+    pub source: Source,
+    /// Published: where the figures were read.
+    pub citation: Option<&'a str>,
+    /// Measured: the evidence file (relative to the TOML), the sweep's date
+    /// and the tuner version, where known (a file-level default may omit them).
+    pub evidence: Option<&'a str>,
+    pub date: Option<&'a str>,
+    pub tuner_version: Option<&'a str>,
+    /// True when the table names no source of its own and takes the file's.
+    pub inherited: bool,
+}
+
+impl Document {
+    /// Where `table`'s figures come from: its own source, else the file's.
+    pub fn origin<'a>(&'a self, table: &'a Table) -> Origin<'a> {
+        match &table.source {
+            Some(TableSource::Measured(m)) => Origin {
+                source: Source::Measured,
+                citation: None,
+                evidence: Some(&m.evidence),
+                date: Some(&m.date),
+                tuner_version: Some(&m.tuner_version),
+                inherited: false,
+            },
+            Some(TableSource::Published { citation }) => Origin {
+                source: Source::Published,
+                citation: Some(citation),
+                evidence: None,
+                date: None,
+                tuner_version: None,
+                inherited: false,
+            },
+            None => self.platform.default_origin(),
+        }
+    }
+}
+
+impl Platform {
+    /// The origin of a table that names no source of its own.
+    pub fn default_origin(&self) -> Origin<'_> {
+        let p = &self.provenance;
+        let measured = self.source == Source::Measured;
+        Origin {
+            source: self.source,
+            citation: self.citation.as_deref().filter(|_| !measured),
+            evidence: p.evidence.as_deref().filter(|_| measured),
+            date: p.date.as_deref().filter(|_| measured),
+            tuner_version: p.tuner_version.as_deref().filter(|_| measured),
+            inherited: true,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

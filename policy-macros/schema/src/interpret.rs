@@ -141,6 +141,7 @@ mod tests {
                 dtype: DType::Bf16,
                 mode: Mode::Graph,
             },
+            source: None,
             note: None,
             bands,
         }

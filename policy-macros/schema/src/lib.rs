@@ -10,10 +10,12 @@
 //! - [`validate::validate`]: every rule, within and across files;
 //! - [`write::to_toml_string`]: the canonical text of a document;
 //! - [`interpret`]: the reference meaning of a set of documents;
-//! - [`folder::load_folder`]: all of the above for a folder of files.
+//! - [`folder::load_folder`]: all of the above for a folder of files;
+//! - [`merge::merge`]: new tables into an existing file, keeping the rest.
 
 pub mod diagnostic;
 pub mod document;
+pub mod merge;
 pub mod size;
 pub mod vocab;
 

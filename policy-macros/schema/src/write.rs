@@ -8,7 +8,9 @@
 
 use std::fmt::Write as _;
 
-use crate::document::{Assertion, Band, CapacityEntry, Document, Platform, SCHEMA_VERSION, Table};
+use crate::document::{
+    Assertion, Band, CapacityEntry, Document, Platform, SCHEMA_VERSION, Table, TableSource,
+};
 use crate::size::format_size;
 
 pub fn to_toml_string(doc: &Document) -> String {
@@ -65,12 +67,28 @@ fn write_table(out: &mut String, t: &Table) {
     let _ = writeln!(out, "world_size = {}", t.key.world_size);
     key_str(out, "dtype", t.key.dtype.name());
     key_str(out, "mode", t.key.mode.name());
+    if let Some(source) = &t.source {
+        write_table_source(out, source);
+    }
     opt_str(out, "note", &t.note);
     out.push_str("bands = [\n");
     for band in &t.bands {
         let _ = writeln!(out, "  {},", inline_band(band));
     }
     out.push_str("]\n");
+}
+
+/// A table's own source, right after its key so a reviewer sees it first.
+fn write_table_source(out: &mut String, source: &TableSource) {
+    key_str(out, "source", source.source().name());
+    match source {
+        TableSource::Published { citation } => key_str(out, "citation", citation),
+        TableSource::Measured(m) => {
+            key_str(out, "evidence", &m.evidence);
+            key_str(out, "date", &m.date);
+            key_str(out, "tuner_version", &m.tuner_version);
+        }
+    }
 }
 
 /// `{ max = "4KiB", algo = "one_shot_push" }` or `{ algo = "nccl" }`

@@ -264,7 +264,7 @@ fn unknown_key() {
     );
     assert_eq!(
         d.message,
-        "unknown key `modes` in [[table]]; expected one of: collective, world_size, dtype, mode, note, bands"
+        "unknown key `modes` in [[table]]; expected one of: collective, world_size, dtype, mode, source, citation, evidence, date, tuner_version, note, bands"
     );
     assert_eq!(at(&d), (20, 1));
 }
@@ -402,4 +402,114 @@ fn duplicate_platform_names_both_files() {
         "duplicate platform: sm90 nvlink is already defined at a.toml:3:1; keep one file per (arch, link)"
     );
     assert_eq!(at(&errors[0]), (3, 1));
+}
+
+/// The base file with `lines` added to its `[[table]]` after `mode` (line 19),
+/// so the first added line is line 20.
+fn table_with(lines: &str) -> String {
+    file_with(GOOD_BANDS, "").replace("mode = \"graph\"\n", &format!("mode = \"graph\"\n{lines}"))
+}
+
+#[test]
+fn a_table_may_name_its_own_source() {
+    let measured = table_with(
+        "source = \"measured\"\nevidence = \"sm90-nvlink.evidence.json\"\ndate = \"2026-11-29\"\ntuner_version = \"0.1.0\"\n",
+    );
+    let doc = parse_document("t.toml", &measured).unwrap();
+    let origin = doc.origin(&doc.tables[0]);
+    assert_eq!(origin.evidence, Some("sm90-nvlink.evidence.json"));
+    assert_eq!(origin.date, Some("2026-11-29"));
+    assert!(!origin.inherited);
+
+    let published = table_with("source = \"published\"\ncitation = \"SGLang PR 2904\"\n");
+    let doc = parse_document("t.toml", &published).unwrap();
+    let origin = doc.origin(&doc.tables[0]);
+    assert_eq!(origin.source, tuned_schema::Source::Published);
+    assert_eq!(origin.citation, Some("SGLang PR 2904"));
+}
+
+#[test]
+fn a_table_without_source_takes_the_files() {
+    let doc = parse_document("t.toml", &file_with(GOOD_BANDS, "")).unwrap();
+    let origin = doc.origin(&doc.tables[0]);
+    assert_eq!(origin.source, tuned_schema::Source::Measured);
+    assert!(origin.inherited);
+}
+
+#[test]
+fn measured_table_without_evidence() {
+    let d = only_error(&table_with(
+        "source = \"measured\"\ndate = \"2026-11-29\"\ntuner_version = \"0.1.0\"\n",
+    ));
+    assert_eq!(
+        d.message,
+        "source = \"measured\" requires `evidence`: the evidence file the bands were fitted from, relative to this file"
+    );
+    assert_eq!(at(&d), (20, 10));
+}
+
+#[test]
+fn citation_without_source() {
+    let d = only_error(&table_with("citation = \"SGLang PR 2904\"\n"));
+    assert_eq!(
+        d.message,
+        "`citation` needs `source = \"published\"` in the same [[table]]; a table without `source` takes the file's source from [platform]"
+    );
+    assert_eq!(at(&d), (20, 12));
+}
+
+#[test]
+fn published_table_with_evidence() {
+    let d = only_error(&table_with(
+        "source = \"published\"\ncitation = \"vLLM PR 24111\"\nevidence = \"x.evidence.json\"\n",
+    ));
+    assert_eq!(
+        d.message,
+        "`evidence` is for measured tables; a table with source = \"published\" names where its figures come from in `citation`"
+    );
+    assert_eq!(at(&d), (22, 12));
+}
+
+#[test]
+fn measured_table_with_citation() {
+    let d = only_error(&table_with(
+        "source = \"measured\"\ncitation = \"x\"\nevidence = \"e.json\"\ndate = \"2026-11-29\"\ntuner_version = \"0.1.0\"\n",
+    ));
+    assert_eq!(
+        d.message,
+        "`citation` is for published tables; a table with source = \"measured\" names its `evidence`"
+    );
+    assert_eq!(at(&d), (21, 12));
+}
+
+#[test]
+fn published_table_with_empty_citation() {
+    let d = only_error(&table_with("source = \"published\"\ncitation = \"  \"\n"));
+    assert_eq!(
+        d.message,
+        "`citation` is empty; it must name where the figures come from: project and file, PR or figure"
+    );
+    assert_eq!(at(&d), (21, 12));
+}
+
+#[test]
+fn measured_table_with_a_date_that_is_not_iso() {
+    let d = only_error(&table_with(
+        "source = \"measured\"\nevidence = \"e.json\"\ndate = \"29/11/2026\"\ntuner_version = \"0.1.0\"\n",
+    ));
+    assert_eq!(
+        d.message,
+        "`date` must be an ISO date such as \"2026-11-29\", found \"29/11/2026\""
+    );
+    assert_eq!(at(&d), (22, 8));
+}
+
+#[test]
+fn unknown_table_source() {
+    let d = only_error(&table_with("source = \"guessed\"\n"));
+    assert_eq!(
+        d.message,
+        "unknown source `guessed`; expected one of: measured, published"
+    );
+    assert_eq!(at(&d), (20, 10));
 }

@@ -107,10 +107,41 @@ fn key() -> impl Strategy<Value = TableKey> {
         })
 }
 
+/// A table's own source, as the parser accepts it: required texts not blank,
+/// dates in ISO form.
+fn table_source() -> impl Strategy<Value = TableSource> {
+    let date =
+        (0u32..=9999, 1u32..=12, 1u32..=31).prop_map(|(y, m, d)| format!("{y:04}-{m:02}-{d:02}"));
+    let measured = ("[a-z0-9._/-]{1,24}", date, "[0-9][0-9a-z.+-]{0,9}").prop_map(
+        |(evidence, date, tuner_version)| {
+            TableSource::Measured(Measurement {
+                evidence,
+                date,
+                tuner_version,
+            })
+        },
+    );
+    let published = text().prop_map(|t| TableSource::Published {
+        citation: format!("x{t}"),
+    });
+    prop_oneof![measured, published]
+}
+
 fn table() -> impl Strategy<Value = Table> {
     let band =
         (proptest::option::of(any::<u64>()), algo()).prop_map(|(max, algo)| Band { max, algo });
-    (key(), opt_text(), vec(band, 0..5)).prop_map(|(key, note, bands)| Table { key, note, bands })
+    (
+        key(),
+        proptest::option::of(table_source()),
+        opt_text(),
+        vec(band, 0..5),
+    )
+        .prop_map(|(key, source, note, bands)| Table {
+            key,
+            source,
+            note,
+            bands,
+        })
 }
 
 fn assertion() -> impl Strategy<Value = Assertion> {
@@ -167,6 +198,7 @@ fn measured_sm90() -> Document {
             dtype: DType::Bf16,
             mode: Mode::Graph,
         },
+        source: None,
         note: Some("swept 4KiB..64MiB".into()),
         bands,
     };

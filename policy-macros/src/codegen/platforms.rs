@@ -36,6 +36,14 @@ fn platform_info(file: &ParsedFile) -> TokenStream {
         let world_size = tokens::u32_lit(t.key.world_size);
         let dtype = tokens::dtype(t.key.dtype);
         let mode = tokens::mode(t.key.mode);
+        // Resolved here, so `PLATFORMS` readers never re-implement the default.
+        let origin = doc.origin(t);
+        let source = origin.source.name();
+        let inherited = origin.inherited;
+        let citation = tokens::some_str(origin.citation);
+        let evidence = tokens::some_str(origin.evidence);
+        let date = tokens::some_str(origin.date);
+        let tuner_version = tokens::some_str(origin.tuner_version);
         let note = tokens::some_str(t.note.as_deref());
         let bands = t.bands.iter().map(|b| {
             let max = match b.max {
@@ -54,6 +62,12 @@ fn platform_info(file: &ParsedFile) -> TokenStream {
                 world_size: #world_size,
                 dtype: #dtype,
                 mode: #mode,
+                source: #source,
+                source_inherited: #inherited,
+                citation: #citation,
+                evidence: #evidence,
+                date: #date,
+                tuner_version: #tuner_version,
                 note: #note,
                 bands: &[#(#bands),*],
             }

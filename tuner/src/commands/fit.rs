@@ -7,7 +7,11 @@ use super::args::FitArgs;
 use super::{Error, Exit, diagnostics, write_file};
 use crate::evidence::Evidence;
 use crate::fit::{FitSettings, fit as fit_bands};
-use crate::write::{build_document, check_in_folder, existing_asserts, render, toml_file_name};
+use crate::write::{
+    build_document, check_in_folder, existing_document, merge_summary, render, toml_file_name,
+};
+use tuned_schema::merge::merge;
+use tuned_schema::{Document, TableKey};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct FitCommandArgs {
@@ -51,38 +55,73 @@ pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         write!(out, "{}", render(&doc))?;
         return Ok(Exit::Ok);
     }
-    let report = fit_and_write(&evidence, &args.evidence, &toml_path, &settings, false)?;
-    write!(out, "{report}")?;
+    let written = fit_and_write(&evidence, &args.evidence, &toml_path, &settings, false)?;
+    write!(out, "{}", written.report)?;
     writeln!(out, "wrote {}", toml_path.display())?;
     Ok(Exit::Ok)
 }
 
-/// Fits `evidence` (returning the report), keeps the `[[assert]]`s of the file being replaced, checks
-/// the document as the proc-macro would (with the other files in its folder),
-/// and only then writes the evidence (when `write_evidence`; `fit` reads it
-/// from there already) and the TOML. A document the macro would refuse is never
+/// What [`fit_and_write`] wrote.
+pub struct Written {
+    /// The fit's report, then what the merge did (if there was a file to merge into).
+    pub report: String,
+    /// Where the evidence is (or, with `write_evidence`, was written).
+    pub evidence_path: PathBuf,
+}
+
+/// Fits `evidence`, merges the tables into the file at `toml_path` if there is
+/// one (replacing only the keys the evidence has: `tuned_schema::merge`), checks
+/// the result as the proc-macro would (with the other files in its folder), and
+/// only then writes the evidence (when `write_evidence`; `fit` reads it from
+/// there already) and the TOML. A document the macro would refuse is never
 /// written.
+///
+/// With `write_evidence`, `evidence_path` is the preferred name: if tables the
+/// merge keeps cite that file, the new evidence gets a dated name instead
+/// ([`evidence_name`]), so no table ever points at evidence it was not fitted from.
 pub fn fit_and_write(
     evidence: &Evidence,
     evidence_path: &Path,
     toml_path: &Path,
     settings: &FitSettings,
     write_evidence: bool,
-) -> Result<String, Error> {
+) -> Result<Written, Error> {
     let result = fit_bands(evidence, settings);
     if result.keys.is_empty() {
         return Err(Error::Input(
             "the evidence has no key with a usable point".to_string(),
         ));
     }
-    let asserts = existing_asserts(toml_path).map_err(|d| {
+    let existing = existing_document(toml_path).map_err(|d| {
         Error::Input(diagnostics(
-            "cannot keep the [[assert]]s of the file being replaced:",
+            "cannot merge into the existing file, which does not parse:",
             &d,
         ))
     })?;
-    let reference = relative_reference(toml_path, evidence_path);
-    let doc = build_document(evidence, &result, Some(&reference), asserts);
+    let evidence_path = if write_evidence {
+        let measured: Vec<TableKey> = result.keys.iter().map(|k| k.key).collect();
+        evidence_name(
+            evidence_path,
+            toml_path,
+            existing.as_ref(),
+            &measured,
+            &evidence.platform.date,
+        )
+    } else {
+        evidence_path.to_path_buf()
+    };
+    let reference = relative_reference(toml_path, &evidence_path);
+    let fresh = build_document(evidence, &result, Some(&reference), Vec::new());
+    let mut report = result.report();
+    let doc = match existing {
+        None => fresh,
+        Some(existing) => {
+            let merged = merge(&existing, &fresh)
+                .map_err(|e| Error::Input(format!("{}: {e}", toml_path.display())))?;
+            report.push_str(&merge_summary(&merged, toml_path));
+            merged.document
+        }
+    };
     let folder = toml_path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -90,7 +129,7 @@ pub fn fit_and_write(
     let warnings = check_in_folder(&doc, folder, toml_path).map_err(|d| {
         Error::Failed(diagnostics(
             &format!(
-                "the fitted tables would not compile into policy, so {} was not written:",
+                "the merged tables would not compile into policy, so {} was not written:",
                 toml_path.display()
             ),
             &d,
@@ -101,10 +140,55 @@ pub fn fit_and_write(
     }
     let text = render(&doc);
     if write_evidence {
-        write_file(evidence_path, &evidence.to_json())?;
+        write_file(&evidence_path, &evidence.to_json())?;
     }
     write_file(toml_path, &text)?;
-    Ok(result.report())
+    Ok(Written {
+        report,
+        evidence_path,
+    })
+}
+
+/// The evidence file for a sweep whose tables go into `toml_path`: `preferred`
+/// unless a table the merge keeps cites it (it holds that table's evidence),
+/// else `<stem>.<date>.evidence.json`, `<stem>.<date>-2.evidence.json`, … —
+/// the first name no kept table cites.
+pub fn evidence_name(
+    preferred: &Path,
+    toml_path: &Path,
+    existing: Option<&Document>,
+    measured: &[TableKey],
+    date: &str,
+) -> PathBuf {
+    let Some(existing) = existing else {
+        return preferred.to_path_buf();
+    };
+    let cited: Vec<&str> = existing
+        .tables
+        .iter()
+        .filter(|t| !measured.contains(&t.key))
+        .filter_map(|t| existing.origin(t).evidence)
+        .collect();
+    let free = |path: &Path| !cited.contains(&relative_reference(toml_path, path).as_str());
+    if free(preferred) {
+        return preferred.to_path_buf();
+    }
+    let name = preferred
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".evidence.json").unwrap_or(&name);
+    (1u32..)
+        .map(|n| {
+            let suffix = if n == 1 {
+                String::new()
+            } else {
+                format!("-{n}")
+            };
+            preferred.with_file_name(format!("{stem}.{date}{suffix}.evidence.json"))
+        })
+        .find(|path| free(path))
+        .expect("only finitely many names are cited")
 }
 
 /// The evidence's path relative to the TOML's folder, with `/` separators, as

@@ -173,13 +173,13 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     }
     let toml_path = out_dir.join(toml_file_name(arch, link));
     let evidence_path = out_dir.join(evidence_file_name(arch, link));
-    let report = fit_and_write(&evidence, &evidence_path, &toml_path, &fit_settings, true)?;
-    write!(out, "{report}")?;
+    let written = fit_and_write(&evidence, &evidence_path, &toml_path, &fit_settings, true)?;
+    write!(out, "{}", written.report)?;
     writeln!(
         out,
         "wrote {} and {} ({measured} points)",
         toml_path.display(),
-        evidence_path.display()
+        written.evidence_path.display()
     )?;
     Ok(Exit::Ok)
 }

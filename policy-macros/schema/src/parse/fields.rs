@@ -97,6 +97,21 @@ impl<'a, 'i> Fields<'a, 'i> {
         }
     }
 
+    /// An optional string with where it was written.
+    pub fn optional_string_at(
+        &self,
+        sink: &mut Sink<'_>,
+        key: &str,
+    ) -> Option<Option<(String, Pos)>> {
+        match self.get(key) {
+            None => Some(None),
+            Some(value) => {
+                let text = as_str(sink, key, value)?.to_string();
+                Some(Some((text, sink.pos(value.span()))))
+            }
+        }
+    }
+
     /// A required string naming one of a fixed set, e.g. a dtype.
     pub fn required_name<T>(
         &self,

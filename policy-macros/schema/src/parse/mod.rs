@@ -7,6 +7,7 @@
 
 mod fields;
 mod positions;
+mod table_source;
 
 pub use positions::{AssertPos, BandPos, CapacityPos, Positions, TablePos};
 
@@ -86,7 +87,20 @@ const PROVENANCE_KEYS: &[&str] = &[
     "evidence",
 ];
 const CAPACITY_KEYS: &[&str] = &["collective", "algo", "max", "align"];
-const TABLE_KEYS: &[&str] = &["collective", "world_size", "dtype", "mode", "note", "bands"];
+/// The key columns, the table's own source (see `table_source`), then the rest.
+const TABLE_KEYS: &[&str] = &[
+    "collective",
+    "world_size",
+    "dtype",
+    "mode",
+    "source",
+    "citation",
+    "evidence",
+    "date",
+    "tuner_version",
+    "note",
+    "bands",
+];
 const BAND_KEYS: &[&str] = &["max", "algo"];
 const ASSERT_KEYS: &[&str] = &[
     "arch",
@@ -304,6 +318,7 @@ fn read_table(sink: &mut Sink<'_>, table: &DeTable<'_>, at: Pos) -> Option<(Tabl
     let world_size = f.required_u32(sink, "world_size");
     let dtype = read_dtype(sink, &f);
     let mode = read_mode(sink, &f);
+    let source = table_source::read_table_source(sink, &f);
     let note = f.optional_string(sink, "note");
     let bands = f.required_array(sink, "bands").and_then(|(array, pos)| {
         let bands = collect_all(array.iter().map(|item| read_band(sink, item)))?;
@@ -320,6 +335,7 @@ fn read_table(sink: &mut Sink<'_>, table: &DeTable<'_>, at: Pos) -> Option<(Tabl
                 dtype: dtype?,
                 mode: mode?,
             },
+            source: source?,
             note: note?,
             bands,
         },
