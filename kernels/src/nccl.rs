@@ -1,12 +1,22 @@
 //! NCCL through cudarc's binding (its `result`/`sys` layers: the safe `Comm`
 //! hides the raw communicator, which in-place all-gather and async-error checks
 //! need, and panics when dropped after a failure).
+//!
+//! Every communicator is created **non-blocking** (`ncclConfig_t::blocking = 0`)
+//! so that no NCCL call can wait without a bound: initialisation, a collective
+//! that sets up connections, and finalisation return `ncclInProgress` at once,
+//! and this module polls `ncclCommGetAsyncError` against a deadline, aborting
+//! the communicator (`ncclCommAbort`) when the deadline passes. Teardown runs on
+//! a helper thread that the dropping thread waits for with a deadline as well,
+//! because `ncclCommDestroy` joins NCCL's proxy thread, which waits until every
+//! peer has closed its connections: a peer that is alive but silent would hold
+//! it forever (issue 9).
 
 use std::cell::Cell;
-use std::ffi::CStr;
+use std::ffi::{CStr, c_int};
 use std::fmt;
 use std::sync::{Arc, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::nccl::sys;
@@ -15,22 +25,65 @@ use crate::error::{Error, Result};
 use crate::ffi;
 use crate::vocab::DType;
 
+/// Bound on a collective that NCCL answers with `ncclInProgress` (it is
+/// connecting to its peers, which must issue the same call) unless the owner
+/// sets another ([`NcclComm::set_call_bound`]). Matches
+/// `Options::drain_timeout`'s default.
+pub(crate) const DEFAULT_CALL_BOUND: Duration = Duration::from_secs(60);
+
+/// Bound on a healthy teardown (`ncclCommFinalize` until it completes, then
+/// `ncclCommDestroy`). Past it the communicator is aborted. Peers of a world of
+/// processes have just said goodbye when it starts, so it is normally a few
+/// milliseconds.
+pub(crate) const TEARDOWN_BOUND: Duration = Duration::from_secs(10);
+
+/// Bound on `ncclCommAbort` itself. It waits for no peer, but it joins NCCL's
+/// own threads; if it still has not returned after this, the helper thread is
+/// left behind (and the caller must leak memory NCCL kernels could touch).
+pub(crate) const ABORT_BOUND: Duration = Duration::from_secs(10);
+
+/// Bound on forming the communicators of a single-process world
+/// ([`NcclComm::init_all`]): all ranks are created by this call, so it only
+/// waits for NCCL's own set-up.
+const INIT_ALL_BOUND: Duration = Duration::from_secs(60);
+
 /// One rank's NCCL communicator.
 #[derive(Debug)]
 pub(crate) struct NcclComm {
     comm: sys::ncclComm_t,
-    /// Abort instead of destroying on drop: set when work on the communicator
-    /// never finished (a dead peer), where `ncclCommDestroy` would wait forever.
+    /// Abort instead of finalising on drop: the world is broken (a peer that
+    /// never called, a timeout, a mismatch), so nothing may wait for peers.
     abort_on_drop: bool,
-    /// Set by [`NcclComm::abort_now`]: the communicator is gone, every later
-    /// call is an error and drop does nothing.
-    aborted: Cell<bool>,
+    /// Set once the communicator was aborted or released: every later call is
+    /// an error and drop does nothing.
+    gone: Cell<bool>,
+    /// Set when a teardown did not return within its bound: a helper thread
+    /// still holds the communicator, so NCCL work may still be running.
+    abandoned: Cell<bool>,
+    /// Bound on a collective answered with `ncclInProgress`.
+    call_bound: Duration,
+    /// This communicator's rank, for errors.
+    rank: usize,
 }
 
 // SAFETY: an NCCL communicator may be used from any thread as long as calls on
 // it are not concurrent; it is owned by exactly one RankComm, which takes
 // `&mut self` for every collective.
 unsafe impl Send for NcclComm {}
+
+/// A raw communicator handed to a helper thread (init or teardown). Only one
+/// thread uses it at a time: the owner stops touching it once it is handed over.
+struct Raw(sys::ncclComm_t);
+// SAFETY: see above.
+unsafe impl Send for Raw {}
+
+impl Raw {
+    /// Taking the whole wrapper makes a closure capture it (and its `Send`),
+    /// not its raw pointer field.
+    fn get(self) -> sys::ncclComm_t {
+        self.0
+    }
+}
 
 fn nccl_error(what: &str, code: sys::ncclResult_t) -> Error {
     // SAFETY: returns a static string for any code.
@@ -64,31 +117,241 @@ fn nccl_dtype(dtype: DType) -> sys::ncclDataType_t {
     }
 }
 
+/// What `NCCL_CONFIG_INITIALIZER` gives (every field "undefined", so NCCL picks
+/// its defaults and honours its environment variables), except `blocking = 0`.
+/// `size` and `version` describe the struct of the headers cudarc was generated
+/// from (2.28); an older NCCL copies the prefix it knows, a newer one fills the
+/// fields it added with defaults.
+fn nonblocking_config() -> sys::ncclConfig_t {
+    const UNDEF_INT: c_int = c_int::MIN;
+    sys::ncclConfig_t {
+        size: std::mem::size_of::<sys::ncclConfig_t>(),
+        magic: 0xcafe_beef,
+        // NCCL_VERSION(2, 28, 0): major * 10000 + minor * 100 + patch.
+        version: 22_800,
+        blocking: 0,
+        cgaClusterSize: UNDEF_INT,
+        minCTAs: UNDEF_INT,
+        maxCTAs: UNDEF_INT,
+        netName: std::ptr::null(),
+        splitShare: UNDEF_INT,
+        trafficClass: UNDEF_INT,
+        commName: std::ptr::null(),
+        collnetEnable: UNDEF_INT,
+        CTAPolicy: UNDEF_INT,
+        shrinkShare: UNDEF_INT,
+        nvlsCTAs: UNDEF_INT,
+        nChannelsPerNetPeer: UNDEF_INT,
+        nvlinkCentricSched: UNDEF_INT,
+    }
+}
+
+/// What polling a non-blocking communicator found.
+#[derive(Debug, PartialEq, Eq)]
+enum Settled {
+    Done,
+    /// Still `ncclInProgress` when the deadline passed.
+    Late,
+}
+
+/// Polls `comm`'s state until it leaves `ncclInProgress` or `deadline` passes.
+/// An error NCCL reports (its own or a peer's) ends the wait with that error.
+fn settle(comm: sys::ncclComm_t, what: &str, deadline: Instant) -> Result<Settled> {
+    let mut pause = Duration::from_micros(20);
+    loop {
+        let mut state = sys::ncclResult_t::ncclSuccess;
+        // SAFETY: `comm` is a live communicator; writes one result code.
+        check("ncclCommGetAsyncError", unsafe {
+            sys::ncclCommGetAsyncError(comm, &mut state)
+        })?;
+        match state {
+            sys::ncclResult_t::ncclSuccess => return Ok(Settled::Done),
+            sys::ncclResult_t::ncclInProgress => {}
+            other => return Err(nccl_error(what, other)),
+        }
+        if Instant::now() >= deadline {
+            return Ok(Settled::Late);
+        }
+        std::thread::sleep(pause);
+        // Short at first (a collective's connection set-up is quick once the
+        // peers call), then at most 1 ms between polls.
+        pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// Runs `job` on a helper thread and waits for it at most `bound`. `None`: the
+/// thread did not finish in time and is left behind (it ends with the process),
+/// or no thread could be started.
+fn bounded<T: Send + 'static>(
+    name: &str,
+    bound: Duration,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (send, receive) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            // Nobody listens any more after the deadline.
+            let _ = send.send(job());
+        });
+    // No thread (the system refused one): the job never ran; the caller treats
+    // it like a job past its deadline (leak rather than wait).
+    spawned.ok()?;
+    receive.recv_timeout(bound).ok()
+}
+
+/// How a communicator ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Finalised and destroyed: every peer took part.
+    Released,
+    /// Aborted (a broken world, or a teardown past its bound): its kernels
+    /// have ended, its resources are freed.
+    Aborted,
+    /// NCCL did not return within [`ABORT_BOUND`]: a helper thread still holds
+    /// it and NCCL kernels may still run, so memory they could touch must leak.
+    Abandoned,
+}
+
+/// Tears `comm` down on a helper thread: finalise (polled against
+/// `bound`), then destroy; or, when `healthy` is false or finalising fails or
+/// runs late, abort. Waits at most `bound + ABORT_BOUND`.
+fn teardown(comm: sys::ncclComm_t, healthy: bool, bound: Duration) -> Ended {
+    let raw = Raw(comm);
+    let ended = bounded("colltune-nccl-teardown", bound + ABORT_BOUND, move || {
+        let comm = raw.get();
+        if healthy {
+            let deadline = Instant::now() + bound;
+            // SAFETY: a live communicator, used by this thread only from here on.
+            let finalized = match unsafe { sys::ncclCommFinalize(comm) } {
+                sys::ncclResult_t::ncclSuccess | sys::ncclResult_t::ncclInProgress => {
+                    matches!(
+                        settle(comm, "ncclCommFinalize", deadline),
+                        Ok(Settled::Done)
+                    )
+                }
+                _ => false,
+            };
+            if finalized {
+                // After a complete finalize, destroy frees local resources only.
+                // SAFETY: finalised above and released only here.
+                let _ = unsafe { sys::ncclCommDestroy(comm) };
+                return Ended::Released;
+            }
+        }
+        // SAFETY: a live communicator (finalize may have run; abort is valid
+        // after it), released only here.
+        let _ = unsafe { sys::ncclCommAbort(comm) };
+        Ended::Aborted
+    });
+    ended.unwrap_or(Ended::Abandoned)
+}
+
 impl NcclComm {
-    /// One communicator per device ordinal, ranks in the order given
-    /// (`ncclCommInitAll`, single process).
+    fn wrap(comm: sys::ncclComm_t, rank: usize) -> NcclComm {
+        NcclComm {
+            comm,
+            rank,
+            abort_on_drop: false,
+            gone: Cell::new(false),
+            abandoned: Cell::new(false),
+            call_bound: DEFAULT_CALL_BOUND,
+        }
+    }
+
+    /// One communicator per device ordinal, ranks in the order given (a single
+    /// process): `ncclCommInitRankConfig` per device inside one NCCL group,
+    /// non-blocking, polled with a bound.
     pub(crate) fn init_all(ordinals: &[i32]) -> Result<Vec<NcclComm>> {
         ffi::require_nccl()?;
-        let mut comms = vec![std::ptr::null_mut(); ordinals.len()];
-        // SAFETY: `comms` has room for one communicator per ordinal.
-        check("ncclCommInitAll", unsafe {
-            sys::ncclCommInitAll(comms.as_mut_ptr(), ordinals.len() as i32, ordinals.as_ptr())
-        })?;
-        Ok(comms
-            .into_iter()
-            .map(|comm| NcclComm {
-                comm,
-                abort_on_drop: false,
-                aborted: Cell::new(false),
+        let world = ordinals.len();
+        // The primary contexts: NCCL picks each rank's device from the
+        // thread's current context (the runtime adopts it).
+        let contexts = ordinals
+            .iter()
+            .map(|&o| {
+                usize::try_from(o)
+                    .map_err(|_| Error::Mismatch(format!("device ordinal {o}")))
+                    .and_then(|o| {
+                        CudaContext::new(o).map_err(|e| Error::driver("opening a GPU for NCCL", e))
+                    })
             })
-            .collect())
+            .collect::<Result<Vec<_>>>()?;
+        let mut id = sys::ncclUniqueId { internal: [0; 128] };
+        // SAFETY: writes one id.
+        check("ncclGetUniqueId", unsafe { sys::ncclGetUniqueId(&mut id) })?;
+        let mut comms = vec![std::ptr::null_mut(); world];
+        // SAFETY: opens a group; closed below on every path.
+        check("ncclGroupStart", unsafe { sys::ncclGroupStart() })?;
+        let mut issued = Ok(());
+        for (rank, ctx) in contexts.iter().enumerate() {
+            let step = ctx
+                .bind_to_thread()
+                .map_err(|e| Error::driver("binding a context for NCCL", e))
+                .and_then(|()| {
+                    let mut config = nonblocking_config();
+                    // SAFETY: writes one communicator; `config` outlives the call
+                    // (NCCL copies it).
+                    let code = unsafe {
+                        sys::ncclCommInitRankConfig(
+                            &mut comms[rank],
+                            world as c_int,
+                            id,
+                            rank as c_int,
+                            &mut config,
+                        )
+                    };
+                    in_progress_is_ok("ncclCommInitRankConfig", code)
+                });
+            if let Err(e) = step {
+                issued = Err(e);
+                break;
+            }
+        }
+        // SAFETY: closes the group opened above.
+        let ended = in_progress_is_ok("ncclGroupEnd", unsafe { sys::ncclGroupEnd() });
+        let comms: Vec<NcclComm> = comms
+            .into_iter()
+            .enumerate()
+            .filter(|(_, c)| !c.is_null())
+            .map(|(rank, c)| NcclComm::wrap(c, rank))
+            .collect();
+        let formed = issued.and(ended).and_then(|()| {
+            if comms.len() != world {
+                return Err(Error::Unsupported(format!(
+                    "NCCL formed {} of {world} communicators",
+                    comms.len()
+                )));
+            }
+            let deadline = Instant::now() + INIT_ALL_BOUND;
+            for (rank, comm) in comms.iter().enumerate() {
+                if settle(comm.comm, "ncclCommInitRankConfig", deadline)? == Settled::Late {
+                    return Err(Error::Timeout {
+                        rank,
+                        peer: None,
+                        during: format!("forming NCCL communicators for {world} local GPUs"),
+                        timeout: INIT_ALL_BOUND,
+                    });
+                }
+            }
+            Ok(())
+        });
+        match formed {
+            Ok(()) => Ok(comms),
+            Err(e) => {
+                // Half-formed communicators wait for each other: abort them all.
+                for mut comm in comms {
+                    comm.abort_on_drop();
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Rank `rank` of a world of `world` processes that share `id`
-    /// (`ncclCommInitRank`) on `ctx`'s device. NCCL blocks until every rank has
-    /// joined, so the call runs on a helper thread and gives up after `timeout`
-    /// with [`Error::Timeout`]; the helper is then left blocked in NCCL (the
-    /// process is expected to report the error and exit).
+    /// (`ncclCommInitRankConfig`, non-blocking) on `ctx`'s device. Gives up
+    /// after `timeout` with [`Error::Timeout`], aborting the half-formed
+    /// communicator, so nothing is left waiting for the missing rank.
     pub(crate) fn init_rank(
         ctx: &Arc<CudaContext>,
         world: usize,
@@ -97,57 +360,69 @@ impl NcclComm {
         timeout: Duration,
     ) -> Result<NcclComm> {
         ffi::require_nccl()?;
-        struct Raw(sys::ncclComm_t);
-        // SAFETY: the pointer is only handed over, never used concurrently.
-        unsafe impl Send for Raw {}
-        let (send, receive) = mpsc::channel::<Result<Raw>>();
-        let ctx = ctx.clone();
+        // NCCL picks the device from the thread's current context.
+        ctx.bind_to_thread()
+            .map_err(|e| Error::driver("binding the context for ncclCommInitRankConfig", e))?;
         let raw_id = sys::ncclUniqueId {
             internal: id.0.map(|b| b as std::ffi::c_char),
         };
-        std::thread::Builder::new()
-            .name("colltune-nccl-init".into())
-            .spawn(move || {
-                // NCCL picks the device from the thread's current context.
-                let result = ctx
-                    .bind_to_thread()
-                    .map_err(|e| Error::driver("binding the context for ncclCommInitRank", e))
-                    .and_then(|()| {
-                        let mut comm = std::ptr::null_mut();
-                        // SAFETY: writes one communicator.
-                        check("ncclCommInitRank", unsafe {
-                            sys::ncclCommInitRank(&mut comm, world as i32, raw_id, rank as i32)
-                        })?;
-                        Ok(Raw(comm))
-                    });
-                // Nobody listens any more after a timeout; the communicator leaks.
-                let _ = send.send(result);
-            })
-            .map_err(|e| Error::Unsupported(format!("spawning the NCCL init thread: {e}")))?;
-        match receive.recv_timeout(timeout) {
-            Ok(result) => result.map(|raw| NcclComm {
-                comm: raw.0,
-                abort_on_drop: false,
-                aborted: Cell::new(false),
-            }),
-            Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout {
-                rank,
-                peer: None,
-                during: format!(
-                    "ncclCommInitRank (waiting for all {world} ranks to join with the same NCCL \
-                     unique id)"
-                ),
-                timeout,
-            }),
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Unsupported(
-                "the NCCL init thread ended without an answer".into(),
-            )),
+        let mut comm = std::ptr::null_mut();
+        let mut config = nonblocking_config();
+        // SAFETY: writes one communicator; NCCL copies `config`.
+        let code = unsafe {
+            sys::ncclCommInitRankConfig(
+                &mut comm,
+                world as c_int,
+                raw_id,
+                rank as c_int,
+                &mut config,
+            )
+        };
+        let started = in_progress_is_ok("ncclCommInitRankConfig", code);
+        if comm.is_null() {
+            started?;
+            return Err(Error::Unsupported(
+                "ncclCommInitRankConfig returned no communicator".into(),
+            ));
+        }
+        let mut comm = NcclComm::wrap(comm, rank);
+        let joined = started.and_then(|()| {
+            settle(
+                comm.comm,
+                "ncclCommInitRankConfig",
+                Instant::now() + timeout,
+            )
+        });
+        match joined {
+            Ok(Settled::Done) => Ok(comm),
+            Ok(Settled::Late) => {
+                comm.abort_on_drop();
+                Err(Error::Timeout {
+                    rank,
+                    peer: None,
+                    during: format!(
+                        "ncclCommInitRank (waiting for all {world} ranks to join with the same \
+                         NCCL unique id)"
+                    ),
+                    timeout,
+                })
+            }
+            Err(e) => {
+                comm.abort_on_drop();
+                Err(e)
+            }
         }
     }
 
-    /// The communicator, unless it was aborted.
+    /// Bound on a collective that NCCL answers with `ncclInProgress` (a world
+    /// sets it to its `Options::drain_timeout`).
+    pub(crate) fn set_call_bound(&mut self, bound: Duration) {
+        self.call_bound = bound;
+    }
+
+    /// The communicator, unless it was aborted or released.
     fn live(&self, what: &str) -> Result<sys::ncclComm_t> {
-        if self.aborted.get() {
+        if self.gone.get() {
             Err(Error::Unsupported(format!(
                 "{what} on an NCCL communicator that was aborted (a peer never called)"
             )))
@@ -156,16 +431,60 @@ impl NcclComm {
         }
     }
 
-    /// Aborts the communicator at once (`ncclCommAbort`), which also ends its
-    /// kernels that wait for a peer. For a rendezvous all-gather that never
-    /// finished: dropping the communicator (`ncclCommDestroy` flushes pending
-    /// work) or anything that synchronises the stream or context would
-    /// otherwise wait for the missing peer forever. Idempotent.
+    /// Aborts the communicator now (`ncclCommAbort`, bounded by
+    /// [`ABORT_BOUND`]), which also ends its kernels that wait for a peer. For
+    /// a rendezvous all-gather or a collective that never finished: dropping
+    /// the communicator or anything that synchronises the stream would
+    /// otherwise wait for the missing peer. Idempotent.
     pub(crate) fn abort_now(&self) {
-        if !self.aborted.replace(true) {
-            // SAFETY: created by ncclCommInitAll/InitRank, not yet released;
-            // `aborted` keeps every later use (and drop) away from it.
-            let _ = unsafe { sys::ncclCommAbort(self.comm) };
+        if !self.gone.replace(true)
+            && teardown(self.comm, false, Duration::ZERO) == Ended::Abandoned
+        {
+            self.abandoned.set(true);
+        }
+    }
+
+    /// Ends the communicator now, bounded: finalise and destroy when `healthy`
+    /// (aborting past [`TEARDOWN_BOUND`]), abort otherwise. Idempotent; drop
+    /// does the same with `healthy = !abort_on_drop`.
+    pub(crate) fn end(&self, healthy: bool) -> Ended {
+        if self.gone.replace(true) {
+            return if self.abandoned.get() {
+                Ended::Abandoned
+            } else {
+                Ended::Aborted
+            };
+        }
+        let ended = teardown(self.comm, healthy, TEARDOWN_BOUND);
+        self.abandoned.set(ended == Ended::Abandoned);
+        ended
+    }
+
+    /// A collective's return code: `ncclInProgress` (connection set-up with the
+    /// peers, non-blocking mode) is waited out against `call_bound`; past it the
+    /// communicator is aborted and the call is a timeout.
+    fn issued(&self, what: &str, code: sys::ncclResult_t) -> Result<()> {
+        match code {
+            sys::ncclResult_t::ncclSuccess => Ok(()),
+            sys::ncclResult_t::ncclInProgress => {
+                match settle(self.comm, what, Instant::now() + self.call_bound) {
+                    Ok(Settled::Done) => Ok(()),
+                    Ok(Settled::Late) => {
+                        self.abort_now();
+                        Err(Error::Timeout {
+                            rank: self.rank,
+                            peer: None,
+                            during: format!(
+                                "{what} (NCCL was still connecting to its peers; the \
+                                 communicator was aborted)"
+                            ),
+                            timeout: self.call_bound,
+                        })
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            other => Err(nccl_error(what, other)),
         }
     }
 
@@ -180,7 +499,7 @@ impl NcclComm {
         let comm = self.live("ncclAllGather")?;
         // SAFETY: `send` holds `count` bytes and `recv` world x count, on this
         // communicator's device; the stream belongs to that device.
-        check("ncclAllGather", unsafe {
+        let code = unsafe {
             sys::ncclAllGather(
                 send as *const _,
                 recv as *mut _,
@@ -189,12 +508,19 @@ impl NcclComm {
                 comm,
                 stream.cu_stream() as _,
             )
-        })
+        };
+        self.issued("ncclAllGather", code)
     }
 
     /// Makes drop abort the communicator (see `abort_on_drop`).
     pub(crate) fn abort_on_drop(&mut self) {
         self.abort_on_drop = true;
+    }
+
+    /// Makes drop finalise the communicator (bounded), the default: for a
+    /// world that formed.
+    pub(crate) fn finalize_on_drop(&mut self) {
+        self.abort_on_drop = false;
     }
 
     /// Sum all-reduce of `count` elements (in place when `send == recv`).
@@ -209,7 +535,7 @@ impl NcclComm {
         let comm = self.live("ncclAllReduce")?;
         // SAFETY: the caller passes live device buffers of `count` elements on
         // this communicator's device; the stream belongs to that device.
-        check("ncclAllReduce", unsafe {
+        let code = unsafe {
             sys::ncclAllReduce(
                 send as *const _,
                 recv as *mut _,
@@ -219,7 +545,8 @@ impl NcclComm {
                 comm,
                 stream.cu_stream() as _,
             )
-        })
+        };
+        self.issued("ncclAllReduce", code)
     }
 
     /// All-gather of `count` elements per rank (in place when
@@ -234,7 +561,7 @@ impl NcclComm {
     ) -> Result<()> {
         let comm = self.live("ncclAllGather")?;
         // SAFETY: as for all_reduce; `recv` holds world x count elements.
-        check("ncclAllGather", unsafe {
+        let code = unsafe {
             sys::ncclAllGather(
                 send as *const _,
                 recv as *mut _,
@@ -243,7 +570,8 @@ impl NcclComm {
                 comm,
                 stream.cu_stream() as _,
             )
-        })
+        };
+        self.issued("ncclAllGather", code)
     }
 
     /// An error NCCL detected asynchronously (e.g. a failed peer), if any.
@@ -261,21 +589,20 @@ impl NcclComm {
     }
 }
 
+/// Non-blocking NCCL answers `ncclInProgress` for work it finishes on its own
+/// thread; that is not an error.
+fn in_progress_is_ok(what: &str, code: sys::ncclResult_t) -> Result<()> {
+    match code {
+        sys::ncclResult_t::ncclSuccess | sys::ncclResult_t::ncclInProgress => Ok(()),
+        other => Err(nccl_error(what, other)),
+    }
+}
+
 impl Drop for NcclComm {
     fn drop(&mut self) {
-        if self.aborted.get() {
-            return;
-        }
-        // The owner drained its stream (or set abort_on_drop because it could
-        // not); neither call can fail usefully here.
-        // SAFETY: created by ncclCommInitAll/InitRank and released only here.
-        let _ = unsafe {
-            if self.abort_on_drop {
-                sys::ncclCommAbort(self.comm)
-            } else {
-                sys::ncclCommDestroy(self.comm)
-            }
-        };
+        // Bounded either way: a healthy world finalises (aborting past the
+        // bound), a broken one aborts at once.
+        let _ = self.end(!self.abort_on_drop);
     }
 }
 
@@ -352,15 +679,67 @@ mod tests {
     fn an_aborted_communicator_refuses_calls_and_is_not_released_again() {
         // What a rendezvous round that timed out leaves behind: no NCCL call may
         // touch the handle again (NCCL is not even loaded here), drop included.
-        let comm = NcclComm {
-            comm: std::ptr::null_mut(),
-            abort_on_drop: false,
-            aborted: Cell::new(true),
-        };
+        let comm = NcclComm::wrap(std::ptr::null_mut(), 0);
+        comm.gone.set(true);
         comm.abort_now();
         let err = comm.async_error().unwrap_err().to_string();
         assert!(err.contains("aborted"), "{err}");
         drop(comm);
+    }
+
+    #[test]
+    fn ending_an_aborted_communicator_touches_nothing() {
+        // Drop after abort_now (or a second end) must not call NCCL again.
+        let comm = NcclComm::wrap(std::ptr::null_mut(), 3);
+        comm.gone.set(true);
+        assert_eq!(comm.end(true), Ended::Aborted);
+        comm.abandoned.set(true);
+        assert_eq!(comm.end(false), Ended::Abandoned);
+    }
+
+    #[test]
+    fn the_config_asks_only_for_a_nonblocking_communicator() {
+        let config = nonblocking_config();
+        assert_eq!(config.size, std::mem::size_of::<sys::ncclConfig_t>());
+        assert_eq!((config.magic, config.version), (0xcafe_beef, 22_800));
+        assert_eq!(config.blocking, 0);
+        // Everything else is NCCL_CONFIG_UNDEF_*: NCCL's defaults and its
+        // environment variables decide.
+        for field in [
+            config.cgaClusterSize,
+            config.minCTAs,
+            config.maxCTAs,
+            config.splitShare,
+            config.trafficClass,
+            config.collnetEnable,
+            config.CTAPolicy,
+            config.shrinkShare,
+            config.nvlsCTAs,
+            config.nChannelsPerNetPeer,
+            config.nvlinkCentricSched,
+        ] {
+            assert_eq!(field, c_int::MIN);
+        }
+        assert!(config.netName.is_null() && config.commName.is_null());
+    }
+
+    #[test]
+    fn a_helper_past_its_bound_is_left_behind() {
+        let start = Instant::now();
+        let late = bounded("colltune-test-late", Duration::from_millis(50), || {
+            std::thread::sleep(Duration::from_secs(3));
+            1
+        });
+        assert_eq!(late, None);
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(
+            bounded("colltune-test-quick", Duration::from_secs(5), || 7),
+            Some(7)
+        );
     }
 
     #[test]

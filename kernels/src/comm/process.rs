@@ -16,9 +16,11 @@
 //!    every call runs NCCL (or, without NCCL, construction fails).
 //!
 //! A rank that fails between rounds still sends its failure in the next round,
-//! so its peers fail at once instead of waiting out the timeout. Dropping a rank
-//! drains its stream and says `goodbye` (a fifth round) before freeing its
-//! memory: a peer may still be reading it until then.
+//! so its peers fail at once instead of waiting out the timeout, and aborts
+//! its NCCL communicator (`ncclCommAbort`, never a destroy that waits for
+//! peers). Dropping a healthy rank drains its stream and says `goodbye` (a
+//! fifth round) before freeing its memory: a peer may still be reading it until
+//! then. Every step is bounded (kernels/GPU.md, "Bounded waits").
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -199,7 +201,16 @@ pub(crate) fn build(
     let ctx = stream.context().clone();
     let arch = arch_of(&ctx)?;
     let selector = Selector::from_env()?;
-    let (nccl, exchange, via) = join_world(&ctx, rank, world, join, &options)?;
+    let (mut nccl, exchange, via) = join_world(&ctx, rank, world, join, &options)?;
+    if let Some(comm) = &mut nccl {
+        // A collective NCCL answers with `ncclInProgress` is connecting to
+        // its peers, a step of forming the world: bounded like the others.
+        comm.set_call_bound(options.join_timeout);
+        // Until the world is formed, any error (a mismatch, a peer that never
+        // came, a failed mapping) breaks it: every early return aborts NCCL
+        // instead of finalising it with peers that may never answer.
+        comm.abort_on_drop();
+    }
     let mut membership = Membership {
         exchange,
         rank,
@@ -305,6 +316,10 @@ pub(crate) fn build(
     }
 
     let registration = Registration::from_slots(slots, vec![stream.clone()], plan);
+    // Formed: from now on, dropping a healthy rank finalises NCCL (bounded).
+    if let Some(comm) = &mut nccl {
+        comm.finalize_on_drop();
+    }
     let shared = Arc::new(WorldShared {
         registration,
         caps,

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use cudarc::driver::{CudaGraph, CudaStream, sys};
 
@@ -13,7 +14,7 @@ use crate::algorithms::CollArgs;
 use crate::drain::drain_within;
 use crate::error::{DriverContext, Error, Result};
 use crate::module::KernelSet;
-use crate::nccl::NcclComm;
+use crate::nccl::{Ended, NcclComm};
 use crate::protocol::fault::DeviceFault;
 use crate::protocol::grid::LaunchShape;
 use crate::protocol::layout::Capacities;
@@ -47,8 +48,10 @@ pub struct RankComm {
     pub(crate) options: Options,
     /// A world of processes: how this rank talks to the others (the goodbye).
     pub(crate) membership: Option<Membership>,
-    /// Set once `check` reported a timeout: the world is out of step for good,
-    /// so drop skips the goodbye the peers will not answer.
+    /// Set once `check` reported an error (a device timeout, a stream that did
+    /// not drain, an NCCL asynchronous error): the world is out of step for
+    /// good, so drop skips the goodbye the peers will not answer and aborts
+    /// NCCL instead of finalising it.
     pub(crate) broken: AtomicBool,
 }
 
@@ -107,9 +110,13 @@ impl RankComm {
     /// on this rank has finished, then reports what went wrong on the device:
     /// a peer that did not arrive within `Options::timeout` becomes
     /// [`Error::Timeout`]. Not to be called while the stream is being captured.
+    ///
+    /// Any error it returns (a device timeout, a stream that did not drain, an
+    /// NCCL asynchronous error) breaks the world for good: dropping this rank
+    /// then aborts NCCL and waits for no peer.
     pub fn check(&self) -> Result<()> {
         let outcome = self.check_inner();
-        if let Err(Error::Timeout { .. }) = outcome {
+        if outcome.is_err() {
             self.broken.store(true, Ordering::Relaxed);
         }
         outcome
@@ -175,28 +182,50 @@ impl RankComm {
 }
 
 impl Drop for RankComm {
+    /// Bounded, whatever state the world is in (kernels/GPU.md, "Bounded
+    /// waits"): a healthy rank drains its stream (`Options::drain_timeout`),
+    /// says goodbye (`Options::join_timeout`) and finalises NCCL
+    /// ([`TEARDOWN_BOUND`](crate::nccl::TEARDOWN_BOUND)); a broken one (or one
+    /// whose drain or goodbye failed) aborts NCCL at once, which ends NCCL
+    /// kernels still waiting for a peer, and frees its memory only if the
+    /// stream then drains within a short bound, else leaks it.
     fn drop(&mut self) {
-        // NCCL and the registered buffers must not be torn down under running
-        // work, but a stream that never drains (a dead NCCL peer) must not hang
-        // the drop either: then NCCL is aborted and the memory leaked.
-        let drained = self.drain().is_ok();
-        if !drained {
-            self.shared.registration.wedge();
-            if let Some(nccl) = &mut self.nccl {
-                nccl.abort_on_drop();
-            }
+        let mut broken = self.broken.load(Ordering::Relaxed);
+        // A stream that does not drain holds work waiting for a peer that never
+        // called: the world is broken.
+        if !broken && self.drain().is_err() {
+            broken = true;
         }
         // A world of processes frees this rank's memory only once every peer has
         // finished reading it: peers say goodbye after draining their streams.
-        if let Some(membership) = &mut self.membership
-            && drained
-            && !self.broken.load(Ordering::Relaxed)
+        // Skipped when broken: the peers will not all answer.
+        if !broken
+            && let Some(membership) = &mut self.membership
             && let Err(e) = membership.leave(self.nccl.as_ref(), &self.stream)
         {
             eprintln!(
-                "colltune: rank {}: no goodbye from every peer ({e}); freeing anyway",
+                "colltune: rank {}: no goodbye from every peer ({e}); aborting NCCL and freeing \
+                 anyway",
                 self.rank
             );
+            broken = true;
+        }
+        // NCCL before the memory: aborting it ends its kernels, so the stream
+        // can drain; finalising it (healthy) is bounded and aborts when late.
+        let mut nccl_may_run = false;
+        if let Some(nccl) = self.nccl.take() {
+            nccl_may_run = nccl.end(!broken) == Ended::Abandoned;
+        }
+        if broken {
+            // Kernels queued after a fault return at once; one still waiting
+            // ends within `timeout`. Anything longer means work that will never
+            // end: leak the registered memory rather than wait on it.
+            let bound = self.options.timeout * 2 + Duration::from_secs(1);
+            let drained =
+                !nccl_may_run && matches!(drain_within(&self.stream, bound, || Ok(())), Ok(true));
+            if !drained {
+                self.shared.registration.wedge();
+            }
         }
     }
 }

@@ -8,8 +8,17 @@
 //! be read as this one's. A rank that finds a file of its own rank already there
 //! refuses to start, which catches a reused directory and two processes
 //! claiming one rank.
+//!
+//! The directory is private. The blobs carry CUDA IPC handles, and any process
+//! that reads a handle can map that GPU memory: read the engine's activations
+//! or corrupt them. So the directory is created with mode 0700 and every file
+//! with 0600, and an existing directory is refused when it is a symbolic link
+//! (someone else could point it anywhere), is not owned by this user, or grants
+//! any access to group or others.
 
-use std::io::ErrorKind;
+use std::fs::{DirBuilder, Metadata, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -42,7 +51,7 @@ impl FileRendezvous {
                 "rank {rank} is not below the world size {world_size}"
             )));
         }
-        std::fs::create_dir_all(&dir).map_err(|e| io_error("creating", &dir, e))?;
+        make_private_dir(&dir, effective_uid())?;
         let suffix = format!(".rank{rank}");
         let entries = std::fs::read_dir(&dir).map_err(|e| io_error("listing", &dir, e))?;
         for entry in entries.flatten() {
@@ -79,7 +88,18 @@ impl FileRendezvous {
         ));
         let mut blob = format!("{MAGIC} world={} rank={}\n", self.world, self.rank).into_bytes();
         blob.extend_from_slice(mine);
-        std::fs::write(&tmp, &blob).map_err(|e| io_error("writing", &tmp, e))?;
+        // 0600 from the start (not chmod after writing: the handles would be
+        // readable in between), and never through a file someone planted:
+        // create_new refuses an existing path, a symbolic link included.
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| io_error("creating", &tmp, e))?;
+        file.write_all(&blob)
+            .map_err(|e| io_error("writing", &tmp, e))?;
+        drop(file);
         let path = self.path(round, self.rank);
         std::fs::rename(&tmp, &path).map_err(|e| io_error("renaming into", &path, e))
     }
@@ -152,6 +172,66 @@ impl Rendezvous for FileRendezvous {
     fn describe(&self) -> String {
         format!("files in {}", self.dir.display())
     }
+}
+
+/// This process's effective user id.
+fn effective_uid() -> u32 {
+    unsafe extern "C" {
+        // POSIX; libc is always linked on Unix. Cannot fail.
+        safe fn geteuid() -> u32;
+    }
+    geteuid()
+}
+
+/// Creates `dir` (mode 0700) unless it exists, then requires it to be private
+/// to `uid` (see [`check_private`]). Parents that do not exist are created with
+/// mode 0700 too.
+fn make_private_dir(dir: &Path, uid: u32) -> Result<()> {
+    match DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => {}
+        // Another rank may have created it first; checked below like any other.
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_error("creating", dir, e)),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| io_error("inspecting", dir, e))?;
+    check_private(dir, &meta, uid)
+}
+
+/// Refuses a rendezvous directory others could read or swap: a symbolic link,
+/// not a directory, owned by another user, or with any group/other permission.
+fn check_private(dir: &Path, meta: &Metadata, uid: u32) -> Result<()> {
+    let refuse = |why: String| {
+        Err(Error::Unsupported(format!(
+            "rendezvous: refusing {}: {why}. It will hold CUDA IPC handles, which let any process \
+             that reads them map this GPU memory; use a fresh directory that only this user can \
+             access (mode 0700)",
+            dir.display()
+        )))
+    };
+    if meta.file_type().is_symlink() {
+        return refuse("it is a symbolic link".into());
+    }
+    if !meta.is_dir() {
+        return refuse("it is not a directory".into());
+    }
+    if meta.uid() != uid {
+        return refuse(format!(
+            "it is owned by uid {}, not by this user (uid {uid})",
+            meta.uid()
+        ));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return refuse(format!(
+            "it is accessible to {} (mode {mode:04o})",
+            match (mode & 0o070 != 0, mode & 0o007 != 0) {
+                (true, true) => "its group and others",
+                (true, false) => "its group",
+                _ => "others",
+            }
+        ));
+    }
+    Ok(())
 }
 
 fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
@@ -250,6 +330,85 @@ mod tests {
         assert!(FileRendezvous::new(&dir, 0, 2, Duration::from_secs(1)).is_ok());
         assert!(FileRendezvous::new(&dir, 2, 2, Duration::from_secs(1)).is_err());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn mode_of(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    #[test]
+    fn the_directory_and_its_files_are_private() {
+        let dir = fresh_dir("private");
+        let mut r = FileRendezvous::new(&dir, 0, 1, Duration::from_secs(1)).unwrap();
+        assert_eq!(mode_of(&dir), 0o700);
+        r.exchange("hello", b"handles").unwrap();
+        let file = dir.join("hello.rank0");
+        assert_eq!(mode_of(&file), 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_symlinked_directory_is_refused() {
+        let target = fresh_dir("link-target");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = fresh_dir("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let err = FileRendezvous::new(&link, 0, 2, Duration::from_secs(1)).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        // Nothing was written through the link.
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_dir_all(&target);
+    }
+
+    #[test]
+    fn a_directory_of_another_user_is_refused() {
+        // Creating a directory owned by someone else needs root; the check is
+        // the same with this user's directory and another uid.
+        let dir = fresh_dir("owner");
+        make_private_dir(&dir, effective_uid()).unwrap();
+        let other = effective_uid().wrapping_add(1);
+        let err = make_private_dir(&dir, other).unwrap_err().to_string();
+        assert!(
+            err.contains("owned by uid") && err.contains("not by this user"),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_group_or_world_accessible_directory_is_refused() {
+        for (mode, who) in [
+            (0o750, "its group"),
+            (0o705, "others"),
+            (0o777, "its group and others"),
+        ] {
+            let dir = fresh_dir(&format!("mode{mode:o}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = FileRendezvous::new(&dir, 0, 2, Duration::from_secs(1))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("accessible to {who} (mode {mode:04o})")),
+                "{mode:o}: {err}"
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    #[test]
+    fn a_file_in_place_of_the_directory_is_refused() {
+        let path = fresh_dir("file");
+        std::fs::write(&path, b"x").unwrap();
+        let err = FileRendezvous::new(&path, 0, 2, Duration::from_secs(1)).unwrap_err();
+        assert!(err.to_string().contains("not a directory"), "{err}");
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]
