@@ -3,10 +3,13 @@
 //!
 //! Per key, walking the measured sizes upwards:
 //!
-//! 1. **Opening.** At the first size (and wherever the current algorithm can no
-//!    longer run, e.g. past its capacity) the baseline is NCCL; another
-//!    algorithm opens the band only if it beats NCCL (rule 2), and then the
-//!    fastest such one does.
+//! 1. **Opening.** At the first size the baseline is NCCL; another algorithm
+//!    opens the band only if it beats NCCL (rule 2), and then the fastest such
+//!    one does. Wherever the current algorithm can no longer run (past its
+//!    capacity, or it failed verification there) there is no neighbouring band
+//!    to prefer on a tie, so the next band goes to the best of the remaining
+//!    candidates: the lowest median there, NCCL included but not favoured (a
+//!    pull kernel 3 % faster than NCCL after push's capacity gets the band).
 //! 2. **Switching.** A challenger replaces the current algorithm at a size only
 //!    if it is faster by more than the noise margin (default 4 %), significantly
 //!    (one-sided Mann-Whitney on the margin-inflated samples, α = 0.01), and the
@@ -289,6 +292,19 @@ impl Rules<'_> {
         self.challenger(i, baseline).unwrap_or(baseline)
     }
 
+    /// Rule 1 where the current algorithm stopped (its capacity ended, or it
+    /// failed here): the lowest median among those that ran. NCCL is not the
+    /// baseline here: it would keep the band on a tie, though no band of its
+    /// own borders these sizes.
+    fn reopening(&self, i: usize) -> Algo {
+        self.columns[i]
+            .options
+            .iter()
+            .min_by(|a, b| a.1.median.total_cmp(&b.1.median))
+            .map(|(&algo, _)| algo)
+            .expect("columns are never empty")
+    }
+
     /// Rules 1–3: one owner per measured size.
     fn greedy(&self) -> Vec<Algo> {
         let mut owner: Vec<Algo> = Vec::with_capacity(self.columns.len());
@@ -296,7 +312,11 @@ impl Rules<'_> {
         for i in 0..self.columns.len() {
             let current = owner.last().copied().filter(|&a| self.columns[i].has(a));
             let Some(current) = current else {
-                owner.push(self.opening(i));
+                owner.push(if i == 0 {
+                    self.opening(i)
+                } else {
+                    self.reopening(i)
+                });
                 band_start = i;
                 continue;
             };
@@ -628,6 +648,27 @@ mod tests {
         assert_eq!(
             bands_of(rows, &caps),
             vec![band(Some(32), Push), band(None, Nccl)]
+        );
+    }
+
+    #[test]
+    fn after_a_capacity_the_fastest_remaining_candidate_opens_the_band() {
+        // Push takes at most 32 bytes; above it pull is 3 % faster than NCCL,
+        // within the margin, so NCCL must not keep the sizes as a "tie".
+        let rows: &[(u64, &[(Algo, f64)])] = &[
+            (16, &[(Nccl, 20.0), (Push, 5.0), (Pull, 8.0)]),
+            (32, &[(Nccl, 20.0), (Push, 5.0), (Pull, 8.0)]),
+            (48, &[(Nccl, 20.0), (Pull, 19.4)]),
+            (64, &[(Nccl, 20.0), (Pull, 19.4)]),
+            (80, &[(Nccl, 20.0), (Pull, 30.0)]),
+        ];
+        let caps = [
+            crate::backend::synthetic::capacity(Collective::AllReduce, Push, 32),
+            crate::backend::synthetic::capacity(Collective::AllReduce, Pull, 1 << 20),
+        ];
+        assert_eq!(
+            bands_of(rows, &caps),
+            vec![band(Some(32), Push), band(Some(64), Pull), band(None, Nccl)]
         );
     }
 

@@ -189,3 +189,57 @@ fn a_custom_band_ends_at_its_capacity() {
     );
     assert_eq!(bands[1].algo, Algo::OneShotPull);
 }
+
+#[test]
+fn after_a_capacity_cut_the_best_remaining_candidate_takes_over_not_nccl() {
+    // The shape of the H200 all-gather run in issue 10: push wins until its
+    // capacity (64 KiB here); above it pull is faster than NCCL, but by 3 %,
+    // less than the 4 % margin a challenger needs, until pull spills a buffer
+    // past 2 MiB (+15 µs) and NCCL is clearly faster. With push gone there is
+    // no neighbouring band to prefer on a tie: pull, the fastest remaining
+    // candidate, must own (64 KiB, 2 MiB], not the NCCL fallback.
+    const KIB: u64 = 1024;
+    let nccl = LatencyModel {
+        alpha_us: 20.0,
+        bytes_per_us: 40_000.0,
+        step: None,
+    };
+    let pull = LatencyModel {
+        alpha_us: 0.97 * nccl.alpha_us,
+        bytes_per_us: nccl.bytes_per_us / 0.97,
+        step: Some((2048 * KIB, 15.0)),
+    };
+    let push = LatencyModel {
+        alpha_us: 3.0,
+        bytes_per_us: 4000.0,
+        step: None,
+    };
+    let mut config = SyntheticConfig::planted(0.01, 21);
+    let models = &mut config.models;
+    models.remove(&(Collective::AllReduce, Algo::TwoShotPull));
+    models.insert((Collective::AllReduce, Algo::Nccl), nccl);
+    models.insert((Collective::AllReduce, Algo::OneShotPull), pull);
+    models.insert((Collective::AllReduce, Algo::OneShotPush), push);
+    for entry in &mut config.capacities {
+        if entry.collective == Collective::AllReduce && entry.algo == Algo::OneShotPush {
+            entry.capacity.max_bytes = 64 * KIB;
+        }
+    }
+    let fits = fitted(config, &settings(25));
+    let (_, bands) = fits
+        .iter()
+        .find(|(c, _)| *c == Collective::AllReduce)
+        .unwrap();
+    let algos: Vec<Algo> = bands.iter().map(|b| b.algo).collect();
+    assert_eq!(
+        algos,
+        [Algo::OneShotPush, Algo::OneShotPull, Algo::Nccl],
+        "{bands:?}"
+    );
+    assert_eq!(bands[0].max, Some(64 * KIB), "push ends at its capacity");
+    let pull_end = bands[1].max.unwrap() as f64 / (2048 * KIB) as f64 - 1.0;
+    assert!(
+        pull_end.abs() <= 0.05,
+        "pull ends where it spills: {bands:?}"
+    );
+}
