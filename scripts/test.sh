@@ -2,7 +2,8 @@
 # The project's test command (the README's second set-up command; CI runs it too).
 #
 # Needs no GPU and no CUDA toolkit. It installs the pinned NVRTC 13.0 wheels from
-# PyPI (DESIGN.md §6) into .cache/nvrtc so that every CUDA kernel is compiled with
+# PyPI into .cache/nvrtc (13.0 is pinned because a newer NVRTC emits PTX that a CUDA
+# 13.0 driver may refuse to load) so that every CUDA kernel is compiled with
 # NVRTC for sm_80, sm_90 and sm_100, then runs the whole workspace's tests. GPU tests
 # are marked #[ignore] and are listed as ignored; scripts/gpu-run.sh runs them on a
 # GPU machine.
