@@ -32,9 +32,10 @@ use crate::vocab::DType;
 pub(crate) const DEFAULT_CALL_BOUND: Duration = Duration::from_secs(60);
 
 /// Bound on a healthy teardown (`ncclCommFinalize` until it completes, then
-/// `ncclCommDestroy`). Past it the communicator is aborted. Peers of a world of
-/// processes have just said goodbye when it starts, so it is normally a few
-/// milliseconds.
+/// `ncclCommDestroy`; `ncclCommDestroy` alone in a single-process world). Past
+/// it the communicator is aborted (or, if NCCL does not return, left behind).
+/// Peers of a world of processes have just said goodbye when it starts, so it
+/// is normally a few milliseconds.
 pub(crate) const TEARDOWN_BOUND: Duration = Duration::from_secs(10);
 
 /// Bound on `ncclCommAbort` itself. It waits for no peer, but it joins NCCL's
@@ -64,6 +65,10 @@ pub(crate) struct NcclComm {
     call_bound: Duration,
     /// This communicator's rank, for errors.
     rank: usize,
+    /// One of several communicators of this process formed together
+    /// ([`NcclComm::init_all`]): a healthy teardown destroys without an
+    /// explicit finalize (see [`Way::Destroy`]).
+    local_group: bool,
 }
 
 // SAFETY: an NCCL communicator may be used from any thread as long as calls on
@@ -213,14 +218,37 @@ pub(crate) enum Ended {
     Abandoned,
 }
 
-/// Tears `comm` down on a helper thread: finalise (polled against
-/// `bound`), then destroy; or, when `healthy` is false or finalising fails or
-/// runs late, abort. Waits at most `bound + ABORT_BOUND`.
-fn teardown(comm: sys::ncclComm_t, healthy: bool, bound: Duration) -> Ended {
+/// How a communicator is torn down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Way {
+    /// A rank of a world of processes: `ncclCommFinalize` polled against the
+    /// bound (it completes with the peers, which are dropping too after their
+    /// goodbye), then `ncclCommDestroy`, which only frees local resources.
+    Finalize,
+    /// A rank of a single-process world: `ncclCommDestroy` alone. NCCL defers
+    /// the shared teardown of a process's communicators to the last of them
+    /// to be destroyed, so ranks dropped one after the other on one thread
+    /// never wait for each other (an explicit finalize could: it synchronises
+    /// with the other ranks). Bounded by the helper thread's wait.
+    Destroy,
+    /// A broken world: `ncclCommAbort`, which waits for no peer.
+    Abort,
+}
+
+/// Tears `comm` down on a helper thread the way `way` says; a finalize that
+/// fails or runs past `bound` becomes an abort. Waits at most
+/// `bound + ABORT_BOUND`.
+fn teardown(comm: sys::ncclComm_t, way: Way, bound: Duration) -> Ended {
     let raw = Raw(comm);
     let ended = bounded("colltune-nccl-teardown", bound + ABORT_BOUND, move || {
         let comm = raw.get();
-        if healthy {
+        if way == Way::Destroy {
+            // SAFETY: a live communicator, used by this thread only from here
+            // on, released only here.
+            let _ = unsafe { sys::ncclCommDestroy(comm) };
+            return Ended::Released;
+        }
+        if way == Way::Finalize {
             let deadline = Instant::now() + bound;
             // SAFETY: a live communicator, used by this thread only from here on.
             let finalized = match unsafe { sys::ncclCommFinalize(comm) } {
@@ -256,6 +284,7 @@ impl NcclComm {
             gone: Cell::new(false),
             abandoned: Cell::new(false),
             call_bound: DEFAULT_CALL_BOUND,
+            local_group: false,
         }
     }
 
@@ -314,7 +343,11 @@ impl NcclComm {
             .into_iter()
             .enumerate()
             .filter(|(_, c)| !c.is_null())
-            .map(|(rank, c)| NcclComm::wrap(c, rank))
+            .map(|(rank, c)| {
+                let mut comm = NcclComm::wrap(c, rank);
+                comm.local_group = true;
+                comm
+            })
             .collect();
         let formed = issued.and(ended).and_then(|()| {
             if comms.len() != world {
@@ -438,7 +471,7 @@ impl NcclComm {
     /// otherwise wait for the missing peer. Idempotent.
     pub(crate) fn abort_now(&self) {
         if !self.gone.replace(true)
-            && teardown(self.comm, false, Duration::ZERO) == Ended::Abandoned
+            && teardown(self.comm, Way::Abort, Duration::ZERO) == Ended::Abandoned
         {
             self.abandoned.set(true);
         }
@@ -455,7 +488,12 @@ impl NcclComm {
                 Ended::Aborted
             };
         }
-        let ended = teardown(self.comm, healthy, TEARDOWN_BOUND);
+        let way = match (healthy, self.local_group) {
+            (false, _) => Way::Abort,
+            (true, false) => Way::Finalize,
+            (true, true) => Way::Destroy,
+        };
+        let ended = teardown(self.comm, way, TEARDOWN_BOUND);
         self.abandoned.set(ended == Ended::Abandoned);
         ended
     }

@@ -227,3 +227,156 @@ fn devices_suite_against_nccl() {
     }
     suite.finish();
 }
+
+/// What one rank of the stalled-peer test did.
+struct StallOutcome {
+    error: Option<kernels::Error>,
+    took: std::time::Duration,
+}
+
+/// A world of two GPUs in which rank 1's thread stops issuing calls: rank 0's
+/// next call of `algo` must end in `Error::Timeout` from `check()` within
+/// `bound`, and dropping either rank must be bounded too.
+fn one_rank_stops_calling(
+    algo: Algo,
+    options: &Options,
+    bound: std::time::Duration,
+) -> Result<(), String> {
+    use std::time::{Duration, Instant};
+    let streams = (0..2)
+        .map(|d| {
+            let ctx = CudaContext::new(d).expect("opening a GPU");
+            // SAFETY: no slices exist on this context yet.
+            unsafe { ctx.disable_event_tracking() };
+            ctx.new_stream().expect("a stream")
+        })
+        .collect();
+    let mut ranks = World::devices(streams, options.clone()).map_err(|e| e.to_string())?;
+    let per_rank = 32 * 1024;
+    let inputs = Arc::new(random_inputs::<bf16>(2, per_rank, 9));
+    // One healthy call on both ranks first: NCCL has connected, so the
+    // stalled call waits inside a kernel, not in NCCL's set-up.
+    let warm = for_each_rank(&mut ranks, vec![0usize, 1], |rank, r, _| {
+        let stream = rank.stream().clone();
+        let map = |e: cudarc::driver::DriverError| kernels::Error::Verification(format!("{e:?}"));
+        let input: CudaSlice<bf16> = stream.clone_htod(&inputs[r]).map_err(map)?;
+        let mut out = stream.alloc_zeros::<bf16>(per_rank).map_err(map)?;
+        rank.all_reduce(
+            &input.as_view(),
+            &mut out.as_view_mut(),
+            Select::Force(algo),
+        )?;
+        rank.check()
+    });
+    warm.map_err(|e| format!("{} warm-up: {e}", algo.name()))?;
+
+    let (first, second) = ranks.split_at_mut(1);
+    let (zero, one) = (&mut first[0], &mut second[0]);
+    let outcomes = std::thread::scope(|s| {
+        let issuing = s.spawn(|| {
+            let stream = zero.stream().clone();
+            let input: CudaSlice<bf16> = stream.clone_htod(&inputs[0]).expect("an input");
+            let mut out = stream.alloc_zeros::<bf16>(per_rank).expect("an output");
+            let start = Instant::now();
+            let error = zero
+                .all_reduce(
+                    &input.as_view(),
+                    &mut out.as_view_mut(),
+                    Select::Force(algo),
+                )
+                .and_then(|_| zero.check())
+                .err();
+            StallOutcome {
+                error,
+                took: start.elapsed(),
+            }
+        });
+        // Rank 1's thread stops issuing calls: it returns at once.
+        let silent = s.spawn(move || one.rank());
+        let _ = silent.join();
+        issuing.join().expect("rank 0's thread")
+    });
+    match &outcomes.error {
+        Some(kernels::Error::Timeout { rank: 0, .. }) if outcomes.took <= bound => {
+            eprintln!(
+                "   ok: {}: rank 0 timed out after {:.2}s: {}",
+                algo.name(),
+                outcomes.took.as_secs_f64(),
+                outcomes
+                    .error
+                    .as_ref()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default()
+            );
+        }
+        Some(kernels::Error::Timeout { .. }) => {
+            return Err(format!(
+                "{}: the timeout came after {:.2}s (bound {bound:?})",
+                algo.name(),
+                outcomes.took.as_secs_f64()
+            ));
+        }
+        other => {
+            return Err(format!(
+                "{}: rank 0 expected Error::Timeout, got {other:?}",
+                algo.name()
+            ));
+        }
+    }
+    // Dropping is bounded: the broken rank aborts NCCL at once; the silent one
+    // finalises NCCL within its bound (aborting past it).
+    let one = ranks.pop().expect("rank 1");
+    let zero = ranks.pop().expect("rank 0");
+    for (name, rank, limit) in [
+        ("rank 0 (broken)", zero, Duration::from_secs(5)),
+        // NCCL's teardown is bounded by 20 s in all (TEARDOWN_BOUND + ABORT_BOUND).
+        ("rank 1 (silent)", one, Duration::from_secs(25)),
+    ] {
+        let start = Instant::now();
+        drop(rank);
+        let took = start.elapsed();
+        if took > limit {
+            return Err(format!(
+                "{}: dropping {name} took {:.2}s (limit {limit:?})",
+                algo.name(),
+                took.as_secs_f64()
+            ));
+        }
+        eprintln!(
+            "   ok: {}: dropping {name} took {:.2}s",
+            algo.name(),
+            took.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs 2 CUDA GPUs: run scripts/gpu-run.sh on a GPU machine"]
+fn a_rank_that_stops_calling_times_out_its_peer_and_drops_bounded() {
+    use std::time::Duration;
+    let _ctx = gpu();
+    let count = device_count();
+    if count < 2 {
+        eprintln!("SKIPPED: {count} GPU visible; a devices world with a silent rank needs 2");
+        return;
+    }
+    let options = Options {
+        timeout: Duration::from_millis(500),
+        // The bound on NCCL work whose peer never calls.
+        drain_timeout: Duration::from_secs(2),
+        ..Options::default()
+    };
+    let mut suite = Suite::new("devices world with a silent rank");
+    // A custom kernel: the device-side wait ends after `timeout`.
+    suite.record(
+        "custom kernel (one_shot_pull)",
+        one_rank_stops_calling(Algo::OneShotPull, &options, Duration::from_millis(1500)),
+    );
+    // NCCL: the drain bound ends the wait.
+    suite.record(
+        "NCCL",
+        one_rank_stops_calling(Algo::Nccl, &options, Duration::from_secs(3)),
+    );
+    suite.finish();
+}

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -63,7 +64,12 @@ fn launch(cli: &Cli) -> Result<u8, String> {
         JoinBy::Nccl => "nccl",
     };
     let dir = scratch_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    // Private: the rendezvous files under it carry CUDA IPC handles.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("creating {}: {e}", dir.display()))?;
     println!(
         "multiprocess: world of {world} process(es) on {} (join: {join}); {}",
         if one_per_gpu {
@@ -73,6 +79,20 @@ fn launch(cli: &Cli) -> Result<u8, String> {
         },
         if cli.matrix {
             "every algorithm x dtype x eager/graph".to_string()
+        } else if cli.soak {
+            format!(
+                "soak: one captured graph replayed {} times, checked every {}{}",
+                cli.soak_replays,
+                cli.check_every,
+                if cli.near_wrap {
+                    format!(
+                        ", sequence counters started {} below their wrap",
+                        cli.wrap_margin
+                    )
+                } else {
+                    String::new()
+                }
+            )
         } else {
             format!(
                 "{} all-reduces of {} per rank, algo {}",
@@ -180,12 +200,15 @@ fn supervise(
     let elapsed = started.elapsed();
     let codes: Vec<i32> = exits.iter().map(|e| e.expect("exited").0).collect();
     let verdict = if let Some(killed) = cli.kill_rank {
-        judge_kill(cli, killed, &exits, left_at)
+        judge_kill(cli, killed, &exits, left_at, &lines)
     } else if cli.mismatch.is_some() {
         judge_mismatch(&codes, &lines)
     } else {
         judge_results(cli, &codes, &lines)
     };
+    if cli.soak && cli.kill_rank.is_none() {
+        println!("{}", soak_line(cli, &lines, verdict.is_ok(), elapsed));
+    }
     println!(
         "multiprocess: {} in {:.1}s (exit codes {codes:?})",
         match &verdict {
@@ -266,17 +289,67 @@ fn judge_results(cli: &Cli, codes: &[i32], lines: &[Line]) -> Result<String, Str
             "{} cases on every rank, {compared} compared bit for bit across ranks",
             results.len().saturating_sub(1)
         )
+    } else if cli.soak {
+        format!(
+            "{} replays per rank; {} window results on every rank, {compared} compared bit for \
+             bit across ranks",
+            cli.soak_replays,
+            results.len().saturating_sub(1)
+        )
     } else {
         format!("{} all-reduces per rank, all ranks agree", cli.iters)
     })
 }
 
-/// The killed rank left; every survivor ended with a timeout within the bound.
+/// The soak's one machine-readable line: total replays per rank, the slowest
+/// rank's replay time and rate, failures (wrong windows on any rank, plus one
+/// if the ranks disagree or a rank failed), and the launcher's wall time.
+fn soak_line(cli: &Cli, lines: &[Line], passed: bool, wall: Duration) -> String {
+    let field = |text: &str, name: &str| -> Option<f64> {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+    };
+    let summaries: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.text.strip_prefix("SUMMARY "))
+        .collect();
+    let replays = summaries
+        .iter()
+        .filter_map(|s| field(s, "replays"))
+        .fold(f64::INFINITY, f64::min);
+    let seconds = summaries
+        .iter()
+        .filter_map(|s| field(s, "seconds"))
+        .fold(0.0, f64::max);
+    let mut failures: f64 = summaries.iter().filter_map(|s| field(s, "failures")).sum();
+    let complete = summaries.len() == cli.world_size && replays.is_finite();
+    if !passed || !complete {
+        failures += 1.0;
+    }
+    let replays = if replays.is_finite() { replays } else { 0.0 };
+    format!(
+        "soak: replays={replays:.0} seconds={seconds:.3} replays_per_s={:.1} failures={failures:.0} \
+         wall_s={:.1} world={} near_wrap={}",
+        if seconds > 0.0 {
+            replays / seconds
+        } else {
+            0.0
+        },
+        wall.as_secs_f64(),
+        cli.world_size,
+        cli.near_wrap as u8
+    )
+}
+
+/// The killed rank left; every survivor reported an error (a timeout, or an
+/// NCCL error naming the lost peer) within the bound.
 fn judge_kill(
     cli: &Cli,
     killed: usize,
     exits: &[Option<(i32, Instant)>],
     left_at: Option<Instant>,
+    lines: &[Line],
 ) -> Result<String, String> {
     let left_at = left_at.ok_or_else(|| format!("rank {killed} never reported leaving"))?;
     let timeout = Duration::from_millis(cli.timeout_ms.unwrap_or(1000));
@@ -288,7 +361,13 @@ fn judge_kill(
             continue;
         }
         let (code, at) = exit.expect("exited");
-        if code != code::TIMEOUT as i32 {
+        // NCCL may notice a dead peer first (its proxy's connection closes):
+        // an NCCL error is the right report then, too.
+        let nccl_saw_it = code == code::ERROR as i32
+            && lines
+                .iter()
+                .any(|l| l.rank == rank && l.text.starts_with("ERROR ") && l.text.contains("NCCL"));
+        if code != code::TIMEOUT as i32 && !nccl_saw_it {
             return Err(format!(
                 "survivor rank {rank} exited with {code}, not the timeout code {}",
                 code::TIMEOUT

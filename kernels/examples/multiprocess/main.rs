@@ -8,7 +8,10 @@
 //! cargo run --release -p kernels --example multiprocess -- --world-size 2 [--iters 300]
 //!     [--algo policy|nccl|one_shot_push|one_shot_pull|two_shot_pull] [--dtype bf16]
 //!     [--gpus auto|shared|one-per-gpu] [--join auto|nccl|files]
-//!     [--matrix] [--kill-rank 1 [--kill-mode exit|stall]] [--mismatch dtype]
+//!     [--matrix] [--kill-rank 1 [--kill-mode exit|stall] [--kill-after N]]
+//!     [--mismatch dtype] [--timeout-ms MS] [--drain-timeout-ms MS] [--deadline-s S]
+//!     [--soak [--soak-replays 100000] [--check-every 10000] [--sync-every 500]
+//!      [--near-wrap [--wrap-margin 5000]]]
 //! ```
 //!
 //! - `--gpus shared` puts every rank on GPU 0 (processes sharing a GPU, joined
@@ -18,12 +21,20 @@
 //!   enough GPUs.
 //! - `--matrix` runs every algorithm x dtype x eager/graph x collective on a few
 //!   sizes instead of the decode loop.
-//! - `--kill-rank R` makes rank R leave before its next call halfway through
-//!   (`exit`: the process ends; `stall`: it stays alive but never calls again).
-//!   The survivors must end with `Error::Timeout`; the launcher reports that as
-//!   the expected outcome and exits 0.
+//! - `--kill-rank R` makes rank R leave before its call `--kill-after` (default:
+//!   halfway through) (`exit`: the process ends; `stall`: it stays alive but
+//!   never calls again). The survivors must end with `Error::Timeout` (or an
+//!   NCCL error naming the lost peer); the launcher reports that as the
+//!   expected outcome, with the slowest survivor's time, and exits 0.
 //! - `--mismatch dtype` makes rank 1 declare another dtype: every rank must
 //!   refuse to form the world, naming the field.
+//! - `--soak` captures one decode-shaped graph (the policy's calls plus one call
+//!   forced to every other algorithm, NCCL included) and replays it
+//!   `--soak-replays` times, checking every `--check-every` replays against the
+//!   host reference and across ranks (see `soak.rs`). With `--kill-rank`, the
+//!   rank leaves in the middle of the replays. `--near-wrap` starts every
+//!   sequence counter `--wrap-margin` (5 000) below its wrap point so that the
+//!   replays cross it.
 //!
 //! Exit status: 0 when everything matched (or the requested failure happened as
 //! expected), non-zero otherwise. Workers exit with [`code::TIMEOUT`] after a
@@ -31,6 +42,7 @@
 
 mod launcher;
 mod matrix;
+mod soak;
 mod worker;
 
 use std::process::ExitCode;
@@ -122,8 +134,36 @@ pub struct Cli {
     #[arg(long, value_enum)]
     pub mismatch: Option<Mismatch>,
     /// Bound on every device-side wait, in ms (default: `Options::default()`).
+    /// Outside `--soak` it bounds the host-side drain too (every call is
+    /// checked at once, so a drain covers one call), unless
+    /// `--drain-timeout-ms` says otherwise.
     #[arg(long)]
     pub timeout_ms: Option<u64>,
+    /// Bound on `check()`'s wait for the stream to drain, in ms: what ends a
+    /// wait on NCCL work whose peer never calls (default: see `--timeout-ms`).
+    #[arg(long)]
+    pub drain_timeout_ms: Option<u64>,
+    /// Replay one captured decode-shaped graph instead of the decode loop.
+    #[arg(long)]
+    pub soak: bool,
+    /// Graph replays of the soak.
+    #[arg(long, default_value_t = 100_000)]
+    pub soak_replays: usize,
+    /// Replays between two checks against the host reference (a window).
+    #[arg(long, default_value_t = 10_000)]
+    pub check_every: usize,
+    /// Replays between two `check()` calls inside a window.
+    #[arg(long, default_value_t = 500)]
+    pub sync_every: usize,
+    /// Start every sequence counter just below its wrap point
+    /// (`Options::sequence_start = u64::MAX - --wrap-margin`).
+    #[arg(long)]
+    pub near_wrap: bool,
+    /// How far below `u64::MAX` `--near-wrap` starts the counters. Every
+    /// algorithm runs at least once per replay, so a margin below the number
+    /// of replays makes every counter cross the wrap.
+    #[arg(long, default_value_t = 5_000)]
+    pub wrap_margin: u64,
     /// Bound on the whole run, in seconds; the launcher kills what is left.
     #[arg(long, default_value_t = 300)]
     pub deadline_s: u64,

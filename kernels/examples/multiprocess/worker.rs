@@ -101,6 +101,12 @@ pub fn run(cli: &Cli) -> u8 {
         );
         if cli.matrix {
             crate::matrix::run(&mut comm, cli)
+        } else if cli.soak {
+            match dtype_of(cli)? {
+                DType::Bf16 => crate::soak::run::<bf16>(&mut comm, cli),
+                DType::F16 => crate::soak::run::<f16>(&mut comm, cli),
+                DType::F32 => crate::soak::run::<f32>(&mut comm, cli),
+            }
         } else {
             match dtype_of(cli)? {
                 DType::Bf16 => decode_loop::<bf16>(&mut comm, cli),
@@ -148,15 +154,37 @@ fn form(cli: &Cli, place: &Place) -> Result<RankComm, Failure> {
             DType::F16
         };
     }
-    let defaults = Options::default();
-    let options = Options {
-        timeout: cli
-            .timeout_ms
-            .map_or(defaults.timeout, Duration::from_millis),
-        ..defaults
-    };
+    let options = options_of(cli);
     let spec = ProcessSpec::new(place.rank, place.world, join).with_dtype(dtype);
     Ok(World::process(stream, spec, options)?)
+}
+
+/// The world's options from the flags (the same on every rank).
+pub fn options_of(cli: &Cli) -> Options {
+    let defaults = Options::default();
+    let timeout = cli
+        .timeout_ms
+        .map_or(defaults.timeout, Duration::from_millis);
+    // Outside the soak every call is checked at once, so the drain covers one
+    // call: the device timeout bounds it too. The soak's drains cover
+    // `--sync-every` replays and keep the default unless told.
+    let drain_timeout = match (cli.drain_timeout_ms, cli.timeout_ms, cli.soak) {
+        (Some(ms), _, _) => Duration::from_millis(ms),
+        (None, Some(_), false) => timeout,
+        _ => defaults.drain_timeout,
+    };
+    Options {
+        timeout,
+        drain_timeout,
+        // Far enough below the wrap that forming the world and the first
+        // replays run before it, close enough that the replays cross it.
+        sequence_start: if cli.near_wrap {
+            u64::MAX - cli.wrap_margin
+        } else {
+            defaults.sequence_start
+        },
+        ..defaults
+    }
 }
 
 /// Rank 0 creates the NCCL unique id and hands it to the others through a file,
@@ -195,7 +223,7 @@ pub fn selection(cli: &Cli, mode: Mode) -> Result<Select, Failure> {
 }
 
 /// Leaves the world on purpose before call `call` (the killed-peer test).
-fn leave(rank: usize, call: usize, mode: KillMode) -> ! {
+pub fn leave(rank: usize, call: usize, mode: KillMode) -> ! {
     println!("LEFT rank={rank} before_call={call} mode={mode:?}");
     let _ = std::io::stdout().flush();
     match mode {

@@ -1,0 +1,279 @@
+//! The soak: one decode-shaped CUDA graph, captured once and replayed many
+//! times, checked in windows.
+//!
+//! The graph holds every call a decode step makes (all-reduces of 8 KiB to
+//! 2 MiB and all-gathers, as the policy picks them in graph mode) plus one call
+//! forced to each algorithm the policy did not pick, NCCL included, so that
+//! every algorithm runs in every replay. Replays are the only host work in the
+//! loop (`CudaGraph::launch`); every `--sync-every` replays the rank calls
+//! `check()`, which bounds how much work is queued (a launch never blocks on a
+//! full queue) and turns a device-side timeout into an error promptly.
+//!
+//! Every `--check-every` replays is a window: before it, new inputs are written
+//! into the captured input buffers and the outputs are poisoned; after it, each
+//! output is compared with the f64 host reference here and printed as a
+//! `CASE soak/w<k>/<call>` line with its hash, which the launcher compares
+//! across ranks bit for bit (where the algorithm promises identical bits).
+//! The rank's `SUMMARY` line carries replays, seconds and failures; the launcher
+//! prints one machine-readable `soak:` line for the run.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::CudaSlice;
+use kernels::timing::poison;
+use kernels::validation::{check_all_gather, check_all_reduce, random_inputs};
+use kernels::{Algo, Collective, Element, Mode, RankComm, Select};
+
+use crate::worker::{Failure, exact, hash_of, leave};
+use crate::{Cli, code};
+
+/// One collective of the captured graph.
+struct Call {
+    collective: Collective,
+    how: Select,
+    /// Elements each rank contributes.
+    n: usize,
+    label: String,
+}
+
+/// Output sizes (bytes) of the policy's all-reduces: decode activations of
+/// common hidden sizes and batches, 8 KiB to 2 MiB.
+const POLICY_ALL_REDUCE: [u64; 5] = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20];
+/// Bytes each rank contributes to the policy's all-gathers.
+const POLICY_ALL_GATHER: [u64; 2] = [4 << 10, 64 << 10];
+/// Output sizes tried, largest first, for a call forced to an algorithm the
+/// policy did not pick (the first its capacity accepts).
+const FORCED: [u64; 5] = [64 << 10, 32 << 10, 16 << 10, 4 << 10, 1 << 10];
+
+/// The calls of the graph for this world: the policy's decode calls, then one
+/// call forced to each algorithm the policy did not pick.
+fn plan<T: Element>(comm: &RankComm) -> Vec<Call> {
+    let world = comm.world_size() as u64;
+    let size = std::mem::size_of::<T>() as u64;
+    let dtype = T::DTYPE;
+    let mut calls = Vec::new();
+    let mut picked: Vec<(Collective, Algo)> = Vec::new();
+    let mut push = |collective: Collective, how: Select, out_bytes: u64, tag: &str| {
+        let per_rank = match collective {
+            Collective::AllReduce => out_bytes,
+            Collective::AllGather => out_bytes / world,
+        };
+        calls.push(Call {
+            collective,
+            how,
+            n: (per_rank / size) as usize,
+            label: format!("{}-{}-{}B", collective.name(), tag, out_bytes),
+        });
+    };
+    for bytes in POLICY_ALL_REDUCE {
+        let choice = comm.policy_choice(Collective::AllReduce, dtype, Mode::Graph, bytes);
+        picked.push((Collective::AllReduce, choice));
+        push(
+            Collective::AllReduce,
+            Select::Policy(Mode::Graph),
+            bytes,
+            "policy",
+        );
+    }
+    for per_rank in POLICY_ALL_GATHER {
+        let bytes = per_rank * world;
+        let choice = comm.policy_choice(Collective::AllGather, dtype, Mode::Graph, bytes);
+        picked.push((Collective::AllGather, choice));
+        push(
+            Collective::AllGather,
+            Select::Policy(Mode::Graph),
+            bytes,
+            "policy",
+        );
+    }
+    for collective in Collective::ALL {
+        for &algo in collective.algos() {
+            if picked.contains(&(collective, algo)) {
+                continue;
+            }
+            let fits = |bytes: u64| {
+                !algo.is_custom()
+                    || comm.capacity(collective, algo).accepts_message(
+                        collective,
+                        world as u32,
+                        bytes,
+                    )
+            };
+            let bytes = FORCED
+                .iter()
+                .map(|b| b - b % (world * 16))
+                .find(|&b| b > 0 && fits(b));
+            match bytes {
+                Some(bytes) => push(collective, Select::Force(algo), bytes, algo.name()),
+                None => {
+                    if comm.rank() == 0 {
+                        println!(
+                            "soak: {} {} takes none of the sizes tried; it is not in the graph",
+                            collective.name(),
+                            algo.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    calls
+}
+
+/// What one rank holds for one call.
+struct Buffers<T> {
+    input: CudaSlice<T>,
+    output: CudaSlice<T>,
+}
+
+fn issue<T: Element>(
+    comm: &mut RankComm,
+    call: &Call,
+    b: &mut Buffers<T>,
+) -> kernels::Result<Algo> {
+    match call.collective {
+        Collective::AllReduce => {
+            comm.all_reduce(&b.input.as_view(), &mut b.output.as_view_mut(), call.how)
+        }
+        Collective::AllGather => {
+            comm.all_gather(&b.input.as_view(), &mut b.output.as_view_mut(), call.how)
+        }
+    }
+}
+
+fn seed_of(window: usize, call: usize) -> u64 {
+    0x50a4_0000 + (window as u64) * 1000 + call as u64
+}
+
+/// Runs the soak on this rank; the exit code says whether every window was
+/// right here (identity across ranks is the launcher's check).
+pub fn run<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
+    let (rank, world) = (comm.rank(), comm.world_size());
+    let stream = comm.stream().clone();
+    let total = cli.soak_replays;
+    let window = cli.check_every.clamp(1, total.max(1));
+    let sync = cli.sync_every.clamp(1, window);
+    let calls = plan::<T>(comm);
+    let wall = Instant::now();
+
+    let mut buffers = Vec::with_capacity(calls.len());
+    for call in &calls {
+        let out_len = match call.collective {
+            Collective::AllReduce => call.n,
+            Collective::AllGather => call.n * world,
+        };
+        buffers.push(Buffers {
+            input: stream.alloc_zeros::<T>(call.n)?,
+            output: stream.alloc_zeros::<T>(out_len)?,
+        });
+    }
+
+    // Captured once: the kernels copy inputs into registered buffers and keep
+    // their counters in device memory, so replays need no host work.
+    let mut ran = Vec::with_capacity(calls.len());
+    let graph = comm.capture(|c| {
+        for (call, b) in calls.iter().zip(buffers.iter_mut()) {
+            ran.push(issue(c, call, b)?);
+        }
+        Ok(())
+    })?;
+    let mut algos: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for algo in &ran {
+        *algos.entry(algo.name()).or_default() += 1;
+    }
+    let algos: Vec<String> = algos.iter().map(|(a, n)| format!("{a}:{n}")).collect();
+    println!(
+        "SOAK rank={rank} calls={} algos={} replays={total} check_every={window} sync_every={sync}",
+        calls.len(),
+        algos.join(",")
+    );
+
+    let kill_at = cli.kill_after.unwrap_or(total / 2);
+    let mut failures = 0usize;
+    let mut first_failure = None;
+    let mut replay_time = Duration::ZERO;
+    let mut done = 0usize;
+    let mut windows = 0usize;
+    while done < total {
+        let this_window = window.min(total - done);
+        // New inputs for this window (in place: the graph holds the
+        // addresses), poisoned outputs so that an unwritten element shows.
+        let mut inputs = Vec::with_capacity(calls.len());
+        for (k, (call, b)) in calls.iter().zip(buffers.iter_mut()).enumerate() {
+            let all = random_inputs::<T>(world, call.n, seed_of(windows, k));
+            stream.memcpy_htod(&all[rank], &mut b.input)?;
+            poison(&stream, &mut b.output)?;
+            inputs.push(all);
+        }
+        comm.check()?;
+
+        let start = Instant::now();
+        for i in 0..this_window {
+            if cli.kill_rank == Some(rank) && done + i == kill_at {
+                leave(rank, done + i, cli.kill_mode);
+            }
+            graph.launch()?;
+            if (i + 1) % sync == 0 {
+                comm.check().map_err(|e| Failure {
+                    message: format!("replay {}: {e}", done + i),
+                    ..Failure::from(e)
+                })?;
+            }
+        }
+        comm.check().map_err(|e| Failure {
+            message: format!("replay {}: {e}", done + this_window),
+            ..Failure::from(e)
+        })?;
+        replay_time += start.elapsed();
+        done += this_window;
+
+        for (k, ((call, b), algo)) in calls.iter().zip(&buffers).zip(&ran).enumerate() {
+            let result = stream.clone_dtoh(&b.output)?;
+            let pushed = *algo == Algo::OneShotPush;
+            let verdict = match call.collective {
+                Collective::AllReduce => check_all_reduce(&inputs[k], &result, pushed),
+                Collective::AllGather => check_all_gather(&inputs[k], &result, pushed),
+            };
+            let id = format!("soak/w{windows}/{}", call.label);
+            match verdict {
+                Ok(()) => println!(
+                    "CASE {id} ran={} exact={} hash={:016x}",
+                    algo.name(),
+                    exact(comm, *algo) as u8,
+                    hash_of(&result)
+                ),
+                Err(why) => {
+                    failures += 1;
+                    first_failure.get_or_insert(format!("{id} after {done} replays: {why}"));
+                    println!(
+                        "CASE {id} FAIL after {done} replays ({}): {why}",
+                        algo.name()
+                    );
+                }
+            }
+        }
+        windows += 1;
+        println!(
+            "SOAK rank={rank} window={windows} replays={done} failures={failures} \
+             replays_per_s={:.0}",
+            done as f64 / replay_time.as_secs_f64().max(1e-9)
+        );
+    }
+    // The graph refers to NCCL's communicator: release it first, so that
+    // NCCL's teardown does not wait for it.
+    drop(graph);
+    println!(
+        "SUMMARY rank={rank} world={world} replays={done} windows={windows} failures={failures} \
+         seconds={:.3} replays_per_s={:.1} wall_s={:.3} algos={}",
+        replay_time.as_secs_f64(),
+        done as f64 / replay_time.as_secs_f64().max(1e-9),
+        wall.elapsed().as_secs_f64(),
+        algos.join(",")
+    );
+    if let Some(first) = first_failure {
+        println!("rank {rank}: first failure: {first}");
+        return Ok(code::WRONG);
+    }
+    Ok(code::OK)
+}
