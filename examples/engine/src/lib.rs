@@ -18,21 +18,21 @@ pub mod tables {
     policy::include_tuned!("tuned");
 }
 
-/// The all-reduce of a 2-GPU H200 decode step replayed from a CUDA graph, with a
-/// 64 MiB tensor (a large prefill chunk).
-pub const LARGE_ALL_REDUCE: Query = Query {
+/// An all-reduce of 24 MiB (a prefill chunk) over 8 H200s, replayed from a
+/// CUDA graph.
+pub const PREFILL_ALL_REDUCE: Query = Query {
     collective: Collective::AllReduce,
     arch: Arch::SM90,
     link: Link::NvLink,
-    world_size: 2,
+    world_size: 8,
     dtype: DType::Bf16,
     mode: Mode::Graph,
-    bytes: 64 * 1024 * 1024,
+    bytes: 24 * 1024 * 1024,
 };
 
 /// Chosen by the compiler from the engine's tables: NCCL (the repository's
-/// published table would run one-shot pull here).
-pub const LARGE_ALL_REDUCE_ALGO: Algo = tables::select(LARGE_ALL_REDUCE);
+/// published table would run two-shot pull here).
+pub const PREFILL_ALL_REDUCE_ALGO: Algo = tables::select(PREFILL_ALL_REDUCE);
 
 /// Makes every communicator this process builds select from the engine's
 /// tables. Call once at start-up, before `kernels::World::…`.
