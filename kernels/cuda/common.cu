@@ -1,4 +1,5 @@
-// Shared device code of every colltune kernel.
+// Shared device code of every colltune kernel: types, memory accesses, element
+// types and the f32 accumulator, the Lamport sentinel, bounded waits.
 //
 // This file is compiled by NVRTC at run time, after a prelude of `#define CT_*`
 // constants generated from the Rust `protocol` module (so host and device can
@@ -9,7 +10,8 @@
 // Memory-ordering vocabulary used below:
 // - `weak`   plain ld/st: only for data whose publication is ordered by a barrier.
 // - `relaxed.sys`  strong, coherent at system scope, no ordering: Lamport data
-//   (each 32-bit word is its own "ready" signal) and reads of peer staging.
+//   (each 32-bit word is its own "ready" signal) and reads of memory that peers
+//   write during this kernel (never served from a stale L1 line).
 // - `release.sys` / `acquire.sys`: barrier flags.
 
 typedef unsigned int u32;
@@ -21,7 +23,7 @@ typedef unsigned short u16;
 struct CollArgs {
     u64 push_bufs[CT_MAX_WORLD];  // each rank's push region: 3 buffers x world slots
     u64 staging[CT_MAX_WORLD];    // each rank's staging region: 2 halves
-    u64 ctrls[CT_MAX_WORLD];      // each rank's control block (u32 words)
+    u64 ctrls[CT_MAX_WORLD];      // each rank's control block
     u64 input;                    // this rank's input (device pointer)
     u64 output;                   // this rank's output
     u64 bytes;                    // bytes each rank contributes (all-gather: one share)
@@ -84,14 +86,20 @@ __device__ __forceinline__ u32 ld_u32_sys(const void* p) {
     return v;
 }
 
-__device__ __forceinline__ u32 ld_acquire_sys(const u32* p) {
-    u32 v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+__device__ __forceinline__ u64 ld_u64_relaxed_sys(const u64* p) {
+    u64 v;
+    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 
-__device__ __forceinline__ void st_release_sys(u32* p, u32 v) {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ u64 ld_u64_acquire_sys(const u64* p) {
+    u64 v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_u64_release_sys(u64* p, u64 v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 __device__ __forceinline__ u64 globaltimer_ns() {
@@ -216,7 +224,8 @@ __device__ __forceinline__ bool has_sentinel(const Pack& v) {
 
 // The one documented bit change of the push algorithms: a 32-bit word equal to
 // the sentinel (f32 -0.0; for 16-bit types the pair (+0.0, -0.0)) is sent as 0
-// (+0.0 / (+0.0, +0.0)), otherwise the receiver could never see it arrive.
+// (+0.0 / (+0.0, +0.0)), otherwise the receiver could never see it arrive. A
+// rank applies it to its own contribution too, so every rank sums the same bits.
 __device__ __forceinline__ Pack without_sentinel(Pack v) {
 #pragma unroll
     for (int k = 0; k < 4; ++k)
@@ -237,6 +246,9 @@ __device__ __forceinline__ Pack sentinel_pack() {
 
 __device__ __forceinline__ u32* ctrl_of(const CollArgs& a, u32 rank) { return (u32*)a.ctrls[rank]; }
 
+// A 64-bit counter of the control block (word offset `word`, 8-byte aligned).
+__device__ __forceinline__ u64* ctrl_u64(u32* ctrl, u32 word) { return (u64*)(ctrl + word); }
+
 // The first failure of a rank wins; the host decodes both words in `check()`.
 __device__ __noinline__ void report_timeout(u32* ctrl, u32 kernel, u32 phase, u32 peer) {
     const u32 code = CT_ERR_TIMEOUT | (kernel << 8) | (phase << 16);
@@ -244,17 +256,6 @@ __device__ __noinline__ void report_timeout(u32* ctrl, u32 kernel, u32 phase, u3
         ctrl[CT_CTRL_ERROR_INFO] = (peer & 0xffu) | (blockIdx.x << 8);
     }
     __threadfence_system();
-}
-
-// A rank whose earlier call timed out is out of step with its peers for good:
-// every later kernel returns at once (so a broken world fails fast instead of
-// paying one timeout per queued call). Thread 0 reads the flag and broadcasts it,
-// so the whole block takes the same branch and no barrier is left half-entered.
-__device__ __forceinline__ bool rank_is_poisoned(const u32* ctrl) {
-    __shared__ u32 s_poisoned;
-    if (threadIdx.x == 0) s_poisoned = *(volatile const u32*)(ctrl + CT_CTRL_ERROR);
-    __syncthreads();
-    return s_poisoned != 0u;
 }
 
 // Measures one wait. The clock is only read once the wait has spun a while, so a
@@ -275,59 +276,10 @@ struct Deadline {
     }
 };
 
-// Counters only move forward and wrap at 2^32: compare by signed distance.
-__device__ __forceinline__ bool flag_reached(u32 flag, u32 target) { return (int)(flag - target) >= 0; }
-
-// Barrier between block `blockIdx.x` of this rank and the same block of every
-// rank (itself included). Thread t < world signals rank t and waits for rank t.
-//
-// Ordering: __syncthreads() makes every store of this block (its share of the
-// staging copy) happen-before thread t's fence + release at system scope; the
-// waiter's acquire at system scope followed by __syncthreads_and() makes them
-// visible to every thread of the waiting block. Flag values come from a counter
-// that only increases, so flags are never reset and a fast peer that already
-// signalled a later barrier still satisfies this one (`flag_reached`).
-//
-// Returns false in every thread of the block if any wait timed out.
-__device__ __forceinline__ bool block_barrier(const CollArgs& a, u32 value, u32 kernel, u32 phase) {
-    __syncthreads();
-    bool ok = true;
-    const u32 t = threadIdx.x;
-    if (t < a.world) {
-        u32* peer_flag = ctrl_of(a, t) + CT_CTRL_FLAGS + blockIdx.x * CT_MAX_WORLD + a.rank;
-        __threadfence_system();
-        st_release_sys(peer_flag, value);
-        const u32* my_flag = ctrl_of(a, a.rank) + CT_CTRL_FLAGS + blockIdx.x * CT_MAX_WORLD + t;
-        if (!flag_reached(ld_acquire_sys(my_flag), value)) {
-            Deadline deadline(a.timeout_ns);
-            while (!flag_reached(ld_acquire_sys(my_flag), value)) {
-                if (deadline.expired()) {
-                    report_timeout(ctrl_of(a, a.rank), kernel, phase, t);
-                    ok = false;
-                    break;
-                }
-            }
-        }
-    }
-    return __syncthreads_and(ok) != 0;
-}
-
-// End of a call: every block arrives on `done`; the last one resets it and returns
-// true in all its threads, so it alone can advance the rank's counters. The next
-// call on this rank starts after this kernel has finished (stream order), so the
-// new values are visible to every block of it without further fencing.
-__device__ __forceinline__ bool is_last_block(u32* done) {
-    __shared__ u32 s_last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const u32 previous = atomicAdd(done, 1u);
-        s_last = (previous == gridDim.x - 1) ? 1u : 0u;
-        if (s_last) *done = 0u;
-    }
-    __syncthreads();
-    return s_last != 0u;
-}
+// Counters only move forward and are 64-bit, so they never wrap in practice;
+// they are still compared by signed distance, which stays right across the wrap
+// (tests start them just below it).
+__device__ __forceinline__ bool flag_reached(u64 flag, u64 target) { return (long long)(flag - target) >= 0; }
 
 __device__ __forceinline__ u64 first_thread() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ u64 thread_stride() { return (u64)gridDim.x * blockDim.x; }

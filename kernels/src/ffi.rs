@@ -103,6 +103,18 @@ pub(crate) unsafe fn copy_words_to_host(src: sys::CUdeviceptr, out: &mut [u32]) 
         .during("cuMemcpyDtoH")
 }
 
+/// Copies `words` to device memory at `dst`, synchronously.
+///
+/// # Safety
+/// `dst` must be a live allocation of at least `words.len()` words in the
+/// current context.
+pub(crate) unsafe fn copy_words_to_device(dst: sys::CUdeviceptr, words: &[u32]) -> Result<()> {
+    // SAFETY: the caller guarantees `dst` holds `words.len()` words.
+    unsafe { sys::cuMemcpyHtoD_v2(dst, words.as_ptr().cast(), std::mem::size_of_val(words)) }
+        .result()
+        .during("cuMemcpyHtoD")
+}
+
 /// Whether `device` can map `peer`'s memory.
 pub(crate) fn can_access_peer(device: sys::CUdevice, peer: sys::CUdevice) -> Result<bool> {
     let mut can = 0;

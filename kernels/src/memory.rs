@@ -61,6 +61,24 @@ impl DeviceBuffer {
         unsafe { ffi::memset_u32_async(self.ptr, value, words, stream.cu_stream()) }
     }
 
+    /// Writes `words` from the start of the buffer, synchronously (ordered
+    /// after all work on the context's legacy stream; use it before the buffer
+    /// is shared).
+    pub fn write_words(&self, words: &[u32]) -> Result<()> {
+        if words.len() * 4 > self.bytes {
+            return Err(crate::Error::Unsupported(format!(
+                "{} words do not fit a device buffer of {} bytes",
+                words.len(),
+                self.bytes
+            )));
+        }
+        self.ctx
+            .bind_to_thread()
+            .during("binding a context to write")?;
+        // SAFETY: the range lies within this live allocation (checked above).
+        unsafe { ffi::copy_words_to_device(self.ptr, words) }
+    }
+
     /// Reads `out.len()` words starting at word `first`, synchronously (after
     /// all work on the context's streams that was ordered before).
     pub fn read_words(&self, first: usize, out: &mut [u32]) -> Result<()> {

@@ -18,8 +18,9 @@ use crate::protocol::cuda_prelude;
 use crate::vocab::{Arch, Collective, DType};
 
 /// The kernel sources, in compilation order (embedded in the binary).
-const SOURCES: [(&str, &str); 4] = [
+const SOURCES: [(&str, &str); 5] = [
     ("common.cu", include_str!("../cuda/common.cu")),
+    ("prims.cu", include_str!("../cuda/prims.cu")),
     ("push.cu", include_str!("../cuda/push.cu")),
     ("pull.cu", include_str!("../cuda/pull.cu")),
     ("two_shot.cu", include_str!("../cuda/two_shot.cu")),
@@ -35,9 +36,33 @@ const NVRTC_OPTIONS: [&str; 5] = [
     "--prec-sqrt=true",
 ];
 
-/// The complete translation unit handed to NVRTC.
-pub fn kernel_source() -> String {
+/// The world sizes the kernels are specialised for; other sizes (a world of
+/// one) run the generic build, `CT_WORLD = 0`.
+pub const SPECIALISED_WORLDS: std::ops::RangeInclusive<usize> = 2..=crate::protocol::MAX_WORLD;
+
+/// The `CT_WORLD` a world of `world` ranks is compiled with: the world size
+/// when there is a specialisation for it, else 0 (generic).
+pub fn world_specialisation(world: usize) -> u32 {
+    if SPECIALISED_WORLDS.contains(&world) {
+        world as u32
+    } else {
+        0
+    }
+}
+
+/// Every `CT_WORLD` there is a build for: the generic one and each specialisation.
+pub fn world_specialisations() -> Vec<u32> {
+    std::iter::once(0)
+        .chain(SPECIALISED_WORLDS.map(|w| w as u32))
+        .collect()
+}
+
+/// The complete translation unit handed to NVRTC for `CT_WORLD = world_spec`.
+pub fn kernel_source(world_spec: u32) -> String {
     let mut source = cuda_prelude();
+    source.push_str(&format!(
+        "// World-size specialisation (0: generic).\n#define CT_WORLD {world_spec}\n"
+    ));
     for (name, text) in SOURCES {
         source.push_str(&format!("\n// ---- kernels/cuda/{name} ----\n"));
         source.push_str(text);
@@ -98,6 +123,8 @@ pub fn entry_names() -> Vec<String> {
 #[derive(Debug)]
 pub struct CompiledKernels {
     pub arch: Arch,
+    /// The `CT_WORLD` it was compiled with (0: generic).
+    pub world_spec: u32,
     /// The real-architecture binary that is loaded.
     pub cubin: Vec<u8>,
     /// The intermediate PTX (kept for inspection and tests).
@@ -111,28 +138,34 @@ pub fn nvrtc_target(arch: Arch) -> String {
     format!("sm_{}{}", arch.major, arch.minor)
 }
 
-/// Compiles the kernels for `arch`, once per process; later calls return the
+/// Compiles the kernels for `arch` and a world of `world` ranks, once per
+/// process and (architecture, world specialisation); later calls return the
 /// cached result. Needs NVRTC, not a GPU.
-pub fn compile_for(arch: Arch) -> Result<Arc<CompiledKernels>> {
+pub fn compile_for(arch: Arch, world: usize) -> Result<Arc<CompiledKernels>> {
+    compile_specialisation(arch, world_specialisation(world))
+}
+
+/// Compiles the build `CT_WORLD = world_spec` for `arch` (cached like
+/// [`compile_for`]).
+pub fn compile_specialisation(arch: Arch, world_spec: u32) -> Result<Arc<CompiledKernels>> {
     type Slot = Arc<Mutex<Option<Arc<CompiledKernels>>>>;
-    static CACHE: OnceLock<Mutex<HashMap<Arch, Slot>>> = OnceLock::new();
+    static CACHE: OnceLock<Mutex<HashMap<(Arch, u32), Slot>>> = OnceLock::new();
     ffi::require_nvrtc()?;
-    // One slot per architecture: the map's lock is held only to find the slot,
-    // and the slot's lock while compiling, so concurrent first calls for one
-    // architecture compile once and a cached architecture never waits for
-    // another one being compiled.
+    // One slot per build: the map's lock is held only to find the slot, and
+    // the slot's lock while compiling, so concurrent first calls for one build
+    // compile once and a cached build never waits for another being compiled.
     let slot = CACHE
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .entry(arch)
+        .entry((arch, world_spec))
         .or_default()
         .clone();
     let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(hit) = &*slot {
         return Ok(hit.clone());
     }
-    let compiled = Arc::new(compile_uncached(arch)?);
+    let compiled = Arc::new(compile_uncached(arch, world_spec)?);
     *slot = Some(compiled.clone());
     Ok(compiled)
 }
@@ -147,9 +180,10 @@ impl Drop for Program {
     }
 }
 
-fn compile_uncached(arch: Arch) -> Result<CompiledKernels> {
+fn compile_uncached(arch: Arch, world_spec: u32) -> Result<CompiledKernels> {
     let nvrtc_error = |message: String, log: String| Error::Nvrtc { arch, message, log };
-    let source = CString::new(kernel_source()).expect("the kernel sources contain no NUL");
+    let source =
+        CString::new(kernel_source(world_spec)).expect("the kernel sources contain no NUL");
     let prog = Program(
         nvrtc::create_program(&source, Some(c"colltune_collectives.cu"))
             .map_err(|e| nvrtc_error(format!("nvrtcCreateProgram: {e:?}"), String::new()))?,
@@ -198,6 +232,7 @@ fn compile_uncached(arch: Arch) -> Result<CompiledKernels> {
         .map_err(|e| nvrtc_error(format!("nvrtcGetPTX: {e:?}"), log.clone()))?;
     Ok(CompiledKernels {
         arch,
+        world_spec,
         cubin,
         ptx,
         log,
@@ -215,6 +250,8 @@ fn c_chars_to_string(raw: &[std::ffi::c_char]) -> String {
 #[derive(Debug)]
 pub struct KernelSet {
     functions: HashMap<String, CudaFunction>,
+    /// The `CT_WORLD` of the build: launches are for worlds of this size only.
+    world_spec: u32,
     _module: Arc<CudaModule>,
 }
 
@@ -246,8 +283,14 @@ impl KernelSet {
         }
         Ok(KernelSet {
             functions,
+            world_spec: compiled.world_spec,
             _module: module,
         })
+    }
+
+    /// Whether these kernels were built for a world of `world` ranks.
+    pub fn serves_world(&self, world: usize) -> bool {
+        self.world_spec == world_specialisation(world)
     }
 
     /// The function for `kind`/`collective`/`dtype`.
@@ -276,7 +319,7 @@ mod tests {
 
     #[test]
     fn every_entry_point_is_defined_in_the_sources() {
-        let source = kernel_source();
+        let source = kernel_source(0);
         for name in entry_names() {
             assert!(
                 source.contains(&format!("CT_KERNEL {name}(")),
@@ -287,7 +330,18 @@ mod tests {
 
     #[test]
     fn the_sources_need_no_header() {
-        assert!(!kernel_source().contains("#include"));
+        assert!(!kernel_source(0).contains("#include"));
+    }
+
+    #[test]
+    fn worlds_of_two_to_eight_are_specialised() {
+        assert_eq!(world_specialisation(1), 0);
+        for w in 2..=8 {
+            assert_eq!(world_specialisation(w), w as u32);
+            assert!(kernel_source(w as u32).contains(&format!("#define CT_WORLD {w}\n")));
+        }
+        assert_eq!(world_specialisation(9), 0);
+        assert_eq!(world_specialisations(), [0, 2, 3, 4, 5, 6, 7, 8]);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! skipped with a printed reason, unless KERNELS_REQUIRE_NVRTC=1, when it fails.
 
 use kernels::Arch;
-use kernels::module::{compile_for, entry_names};
+use kernels::module::{compile_for, compile_specialisation, entry_names, world_specialisations};
 
 fn nvrtc_available() -> bool {
     match kernels::ffi::require_nvrtc() {
@@ -21,36 +21,78 @@ fn nvrtc_available() -> bool {
     }
 }
 
+/// One build: its CUBIN is real machine code and its PTX has every entry point
+/// and nothing the project forbids.
+fn check_build(arch: Arch, world_spec: u32) {
+    let compiled = compile_specialisation(arch, world_spec)
+        .unwrap_or_else(|e| panic!("{arch} CT_WORLD={world_spec}: {e}"));
+    assert_eq!((compiled.arch, compiled.world_spec), (arch, world_spec));
+    // An ELF image: the assembler ran for this real target.
+    assert!(
+        compiled.cubin.starts_with(b"\x7fELF"),
+        "{arch} CT_WORLD={world_spec}: CUBIN is not an ELF image"
+    );
+    for name in entry_names() {
+        assert!(
+            compiled.ptx.contains(&format!(".entry {name}(")),
+            "{arch} CT_WORLD={world_spec}: kernel {name} missing from the PTX"
+        );
+    }
+    // NVLink multicast is out of scope, everywhere.
+    assert!(
+        !compiled.ptx.contains("multimem"),
+        "{arch} CT_WORLD={world_spec}: multimem instruction emitted"
+    );
+    // Nothing flushes subnormals behind our back.
+    assert!(
+        !compiled.ptx.contains(".ftz"),
+        "{arch} CT_WORLD={world_spec}: flush-to-zero arithmetic emitted"
+    );
+    // In a specialised build the per-rank arrays of the custom algorithms stay
+    // in registers: no local memory (the generic build and the loopback
+    // reference index ranks at run time and may use it).
+    if world_spec != 0 {
+        for (name, body) in entry_bodies(&compiled.ptx) {
+            if !name.contains("reference") {
+                assert!(
+                    !body.contains(".local"),
+                    "{arch} CT_WORLD={world_spec}: {name} uses local memory"
+                );
+            }
+        }
+    }
+}
+
+/// (entry name, text up to the next entry) for every kernel in `ptx`.
+fn entry_bodies(ptx: &str) -> Vec<(&str, &str)> {
+    let mut parts: Vec<(&str, &str)> = Vec::new();
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".entry ") {
+        let after = &rest[at + ".entry ".len()..];
+        let name_end = after.find('(').unwrap_or(after.len());
+        let next = after.find(".entry ").unwrap_or(after.len());
+        parts.push((&after[..name_end], &after[..next]));
+        rest = &after[next..];
+    }
+    parts
+}
+
 #[test]
-fn every_kernel_compiles_for_sm80_sm90_sm100() {
+fn every_kernel_compiles_for_sm80_sm90_sm100_and_every_world_size() {
     if !nvrtc_available() {
         return;
     }
-    for arch in [Arch::SM80, Arch::SM90, Arch::SM100] {
-        let compiled = compile_for(arch).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(compiled.arch, arch);
-        // An ELF image: the assembler ran for this real target.
-        assert!(
-            compiled.cubin.starts_with(b"\x7fELF"),
-            "{arch}: CUBIN is not an ELF image"
-        );
-        for name in entry_names() {
-            assert!(
-                compiled.ptx.contains(&format!(".entry {name}(")),
-                "{arch}: kernel {name} missing from the PTX"
-            );
+    // Every architecture x every world build (generic, 2..8). NVRTC is single
+    // threaded per program: compile the architectures side by side.
+    std::thread::scope(|scope| {
+        for arch in [Arch::SM80, Arch::SM90, Arch::SM100] {
+            scope.spawn(move || {
+                for world_spec in world_specialisations() {
+                    check_build(arch, world_spec);
+                }
+            });
         }
-        // NVLink multicast is out of scope, everywhere.
-        assert!(
-            !compiled.ptx.contains("multimem"),
-            "{arch}: multimem instruction emitted"
-        );
-        // Nothing spills or flushes subnormals behind our back.
-        assert!(
-            !compiled.ptx.contains(".ftz"),
-            "{arch}: flush-to-zero arithmetic emitted"
-        );
-    }
+    });
 }
 
 #[test]
@@ -58,8 +100,8 @@ fn compiling_twice_hits_the_cache() {
     if !nvrtc_available() {
         return;
     }
-    let first = compile_for(Arch::SM90).unwrap();
-    let second = compile_for(Arch::SM90).unwrap();
+    let first = compile_for(Arch::SM90, 2).unwrap();
+    let second = compile_for(Arch::SM90, 2).unwrap();
     // The same allocation comes back: the second call compiled nothing. (No timing
     // assertion: on a loaded machine a cache hit can still wait on the lock.)
     assert!(std::sync::Arc::ptr_eq(&first, &second));

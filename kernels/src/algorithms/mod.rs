@@ -49,6 +49,12 @@ fn launch(
     call: &Call,
     units: u64,
 ) -> Result<()> {
+    if !kernels.serves_world(base.world as usize) {
+        return Err(Error::Unsupported(format!(
+            "kernels built for another world size launched for a world of {}",
+            base.world
+        )));
+    }
     let function = kernels
         .function(kind, call.collective, call.dtype)
         .ok_or_else(|| {

@@ -57,6 +57,13 @@ struct Cli {
     samples: u32,
     #[arg(long, default_value_t = 3)]
     warmup: u32,
+    /// Most blocks per rank per kernel (default: one per SM on devices; the
+    /// SMs shared out, at most 32, on a loopback world).
+    #[arg(long)]
+    blocks: Option<u32>,
+    /// Threads per block (multiple of 32, at most 512; default 512).
+    #[arg(long)]
+    threads: Option<u32>,
     /// Device-side timeout of a wait, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     timeout_ms: u64,
@@ -189,6 +196,8 @@ fn run(cli: &Cli) -> Result<(), String> {
     let loopback = devices.is_empty().then(|| cli.world.unwrap_or(8));
     let options = Options {
         timeout: std::time::Duration::from_millis(cli.timeout_ms),
+        blocks: cli.blocks,
+        threads: cli.threads,
         log_declines: false,
         ..Options::default()
     };

@@ -20,8 +20,9 @@ use crate::vocab::{Arch, DType, Link};
 /// protocol or kernel source would misread each other's memory; another world
 /// size, architecture, policy (tables or `COLLTUNE_ALGO`) or launch request
 /// would select different algorithms or grids and leave peers waiting; another
-/// dtype means the engine loaded the model differently.
-pub(crate) const SHARED_HELLO: [&str; 9] = [
+/// dtype means the engine loaded the model differently; another sequence start
+/// would make barrier values disagree.
+pub(crate) const SHARED_HELLO: [&str; 10] = [
     "protocol",
     "kernels",
     "world_size",
@@ -31,6 +32,7 @@ pub(crate) const SHARED_HELLO: [&str; 9] = [
     "dtype",
     "threads",
     "blocks",
+    "sequence_start",
 ];
 
 /// This process and its GPU.
@@ -85,7 +87,7 @@ pub(crate) fn hello(
         .with("protocol", PROTOCOL_VERSION)
         .with(
             "kernels",
-            format!("{:016x}", fnv1a(module::kernel_source().as_bytes())),
+            format!("{:016x}", fnv1a(module::kernel_source(0).as_bytes())),
         )
         .with("world_size", world)
         .with("arch", arch)
@@ -94,6 +96,7 @@ pub(crate) fn hello(
         .with("dtype", dtype.map_or("unchecked", |d| d.name()))
         .with("threads", requested(options.threads))
         .with("blocks", requested(options.blocks))
+        .with("sequence_start", options.sequence_start)
         .with("rank", rank)
         .with("host", &me.host)
         .with("boot_id", &me.boot_id)

@@ -32,6 +32,12 @@ pub struct Options {
     /// [`Error::Timeout`](crate::Error::Timeout) after it. Default 60 s: processes
     /// start at different times and each compiles the kernels.
     pub join_timeout: Duration,
+    /// Where every device-side sequence counter starts (barrier values, push
+    /// epochs, staging uses; all 64-bit). Default 0. Tests and soaks start it
+    /// just below the wrap point (`u64::MAX - n`) so that calls cross the wrap;
+    /// every rank of a world must use the same value (it is part of the
+    /// configuration digest of a world of processes).
+    pub sequence_start: u64,
 }
 
 impl Default for Options {
@@ -43,6 +49,7 @@ impl Default for Options {
             threads: None,
             log_declines: true,
             join_timeout: Duration::from_secs(60),
+            sequence_start: 0,
         }
     }
 }

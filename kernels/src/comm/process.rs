@@ -540,9 +540,9 @@ fn prepare(
             staging_half_bytes: 0,
         }
     };
-    let compiled = module::compile_for(arch)?;
+    let compiled = module::compile_for(arch, world)?;
     let kernels = Arc::new(KernelSet::load(ctx, &compiled, shape.threads)?);
-    let own = RankMemory::new(ctx, stream, &plan)?;
+    let own = RankMemory::new(ctx, stream, &plan, options.sequence_start)?;
     stream
         .synchronize()
         .during("initialising registered buffers")?;

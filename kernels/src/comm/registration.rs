@@ -27,20 +27,25 @@ pub(crate) struct RankMemory {
 }
 
 impl RankMemory {
-    /// Allocates per `plan` on `ctx`'s device and initialises on `stream`
-    /// (control block zeroed, push region armed with the sentinel). The caller
-    /// synchronises `stream` before any peer may use it.
+    /// Allocates per `plan` on `ctx`'s device and initialises it: the control
+    /// block with its counters at `sequence_start` (written synchronously), the
+    /// push region armed with the sentinel and the staging region zeroed
+    /// (ordered on `stream`). The caller synchronises `stream` before any peer
+    /// may use it.
     pub(crate) fn new(
         ctx: &Arc<CudaContext>,
         stream: &CudaStream,
         plan: &BufferPlan,
+        sequence_start: u64,
     ) -> Result<RankMemory> {
         let memory = RankMemory {
             ctrl: DeviceBuffer::alloc(ctx, ctrl::BYTES)?,
             push: DeviceBuffer::alloc(ctx, plan.push_region_bytes() as usize)?,
             staging: DeviceBuffer::alloc(ctx, plan.staging_region_bytes() as usize)?,
         };
-        memory.ctrl.fill_words(stream, 0)?;
+        memory
+            .ctrl
+            .write_words(&ctrl::initial_words(sequence_start))?;
         memory.push.fill_words(stream, SENTINEL)?;
         memory.staging.fill_words(stream, 0)?;
         Ok(memory)
@@ -132,10 +137,16 @@ impl Registration {
         contexts: &[Arc<CudaContext>],
         streams: &[Arc<CudaStream>],
         plan: BufferPlan,
+        sequence_start: u64,
     ) -> Result<Registration> {
         let mut slots = Vec::with_capacity(contexts.len());
         for (ctx, stream) in contexts.iter().zip(streams) {
-            slots.push(Slot::Owned(RankMemory::new(ctx, stream, &plan)?));
+            slots.push(Slot::Owned(RankMemory::new(
+                ctx,
+                stream,
+                &plan,
+                sequence_start,
+            )?));
         }
         for stream in streams {
             stream

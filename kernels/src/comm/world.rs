@@ -52,14 +52,14 @@ impl World {
         let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
         let plan = BufferPlan::new(&caps, world_size, fallback == Fallback::LoopbackReference)
             .map_err(Error::Unsupported)?;
-        let compiled = module::compile_for(arch)?;
+        let compiled = module::compile_for(arch, world_size)?;
         let kernels = Arc::new(KernelSet::load(&ctx, &compiled, shape.threads)?);
         let streams = (0..world_size)
             .map(|_| ctx.new_stream())
             .collect::<std::result::Result<Vec<_>, _>>()
             .during("creating the ranks' streams")?;
         let contexts = vec![ctx.clone(); world_size];
-        let registration = Registration::new(&contexts, &streams, plan)?;
+        let registration = Registration::new(&contexts, &streams, plan, options.sequence_start)?;
         let nccl = if world_size == 1 {
             NcclComm::init_all(&[ctx.ordinal() as i32])?
                 .into_iter()
@@ -148,12 +148,12 @@ impl World {
                 staging_half_bytes: 0,
             }
         };
-        let compiled = module::compile_for(arch)?;
+        let compiled = module::compile_for(arch, world_size)?;
         let kernel_sets = contexts
             .iter()
             .map(|ctx| KernelSet::load(ctx, &compiled, shape.threads).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
-        let registration = Registration::new(&contexts, &streams, plan)?;
+        let registration = Registration::new(&contexts, &streams, plan, options.sequence_start)?;
         let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();
         let nccl = NcclComm::init_all(&ordinals)?
             .into_iter()

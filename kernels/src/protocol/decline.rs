@@ -10,7 +10,7 @@
 use std::fmt;
 
 use super::PACK_BYTES;
-use super::layout::{BufferPlan, Capacities};
+use super::layout::{BufferPlan, Capacities, two_shot_half_bytes};
 use crate::vocab::{Algo, Collective};
 
 /// Why a custom algorithm declined a call.
@@ -102,11 +102,15 @@ pub fn decline(
     {
         return Some(Decline::Misaligned);
     }
+    let need = match call.algo {
+        Algo::TwoShotPull => two_shot_half_bytes(per_rank, call.world),
+        _ => per_rank,
+    };
     let room = match call.algo {
         Algo::OneShotPush => plan.slot_bytes,
         _ => plan.staging_half_bytes,
     };
-    if per_rank > room {
+    if need > room {
         return Some(Decline::BufferTooSmall);
     }
     None

@@ -8,7 +8,7 @@
 
 /// Bumped whenever the rounds, their fields or the way kernels use another
 /// process's memory change; ranks of different versions refuse each other.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// One rank's contribution to a round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -142,7 +142,10 @@ mod tests {
 
     #[test]
     fn a_missing_field_is_a_difference() {
-        let digests = vec![hello(2, "sm90"), Digest::new().with("protocol", 1)];
+        let digests = vec![
+            hello(2, "sm90"),
+            Digest::new().with("protocol", PROTOCOL_VERSION),
+        ];
         let err = check_agreement(0, &digests, &["protocol", "arch"]).unwrap_err();
         assert!(err.contains("rank 1 has nothing, rank 0 has sm90"), "{err}");
     }

@@ -11,9 +11,9 @@ pub struct LaunchShape {
     pub max_blocks: u32,
 }
 
-/// Default blocks per rank on a dedicated GPU: enough to saturate NVLink with
-/// 512-thread blocks (vLLM uses 36), small enough to keep barriers cheap.
-pub const DEFAULT_DEVICE_BLOCKS: u32 = 32;
+/// Most blocks per rank a loopback world gets by default: its ranks share one
+/// GPU, whose SMs are divided between them anyway.
+pub const DEFAULT_LOOPBACK_BLOCKS: u32 = 32;
 /// Default threads per block.
 pub const DEFAULT_THREADS: u32 = 512;
 
@@ -59,16 +59,20 @@ impl LaunchShape {
     }
 
     /// The default shape: on a loopback world the GPU's SMs are split between
-    /// the ranks; on real devices each rank has a GPU of its own.
+    /// the ranks (at most [`DEFAULT_LOOPBACK_BLOCKS`] each); on real devices
+    /// each rank has a GPU of its own and may use one block per SM, which
+    /// large messages need to keep enough NVLink traffic in flight (a kernel
+    /// launches only as many blocks as its message has work for, see
+    /// [`LaunchShape::blocks_for`]).
     pub fn default_for(world: usize, sm_count: u32, loopback: bool) -> LaunchShape {
-        let per_rank = if loopback {
-            sm_count / world.max(1) as u32
+        let max_blocks = if loopback {
+            (sm_count / world.max(1) as u32).min(DEFAULT_LOOPBACK_BLOCKS)
         } else {
-            sm_count
+            sm_count.min(MAX_BLOCKS)
         };
         LaunchShape {
             threads: DEFAULT_THREADS,
-            max_blocks: per_rank.clamp(1, DEFAULT_DEVICE_BLOCKS),
+            max_blocks: max_blocks.max(1),
         }
     }
 
@@ -96,6 +100,17 @@ mod tests {
         }
         assert_eq!(LaunchShape::default_for(8, 132, true).max_blocks, 16);
         assert_eq!(LaunchShape::default_for(2, 132, true).max_blocks, 32);
+    }
+
+    #[test]
+    fn devices_use_one_block_per_sm() {
+        let shape = LaunchShape::default_for(2, 132, false);
+        assert_eq!(shape.max_blocks, 132);
+        assert!(shape.validate(2, 132, false).is_ok());
+        assert_eq!(
+            LaunchShape::default_for(8, 1000, false).max_blocks,
+            MAX_BLOCKS
+        );
     }
 
     #[test]

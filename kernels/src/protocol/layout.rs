@@ -7,6 +7,8 @@
 //!   holds one rank's share), armed with the sentinel;
 //! - staging region: [`STAGING_HALVES`] halves of `staging_half_bytes`, shared by
 //!   the pull family (one_shot_pull, two_shot_pull, the loopback reference);
+//!   two_shot_pull needs two areas of a whole message per half (see
+//!   [`two_shot_half_bytes`]);
 //! - a control block of [`ctrl::BYTES`](super::ctrl::BYTES).
 
 use super::{PACK_BYTES, PUSH_BUFFERS, STAGING_HALVES};
@@ -82,9 +84,12 @@ impl BufferPlan {
         let mut staging_half_bytes = round_down(
             caps.all_reduce_pull
                 .max_bytes
-                .max(caps.all_reduce_two_shot.max_bytes)
                 .max(caps.all_gather_pull.max_bytes / w),
-        );
+        )
+        .max(two_shot_half_bytes(
+            round_down(caps.all_reduce_two_shot.max_bytes),
+            world,
+        ));
         if reference {
             staging_half_bytes = staging_half_bytes.max(REFERENCE_MIN_HALF_BYTES);
         }
@@ -116,6 +121,16 @@ impl BufferPlan {
     pub fn push_slot_offset(&self, buffer: u32, slot: usize) -> u64 {
         (buffer as u64 * self.world as u64 + slot as u64) * self.slot_bytes
     }
+}
+
+/// Bytes of a staging half that a two_shot_pull all-reduce of `bytes` (a
+/// multiple of 16) needs in a world of `world` ranks: a scatter area and a
+/// gather area, each of `world` shards of `ceil(packs / world)` packs
+/// (kernels/cuda/two_shot.cu).
+pub const fn two_shot_half_bytes(bytes: u64, world: usize) -> u64 {
+    let w = if world == 0 { 1 } else { world as u64 };
+    let shard = (bytes / PACK_BYTES).div_ceil(w);
+    2 * w * shard * PACK_BYTES
 }
 
 /// Rounds down to whole 16-byte packs.
@@ -152,9 +167,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(plan.slot_bytes, 8 * MIB);
-        assert_eq!(plan.staging_half_bytes, 64 * MIB);
+        // Two-shot needs a scatter and a gather area of 64 MiB each.
+        assert_eq!(plan.staging_half_bytes, 128 * MIB);
         assert_eq!(plan.push_region_bytes(), 3 * 8 * 8 * MIB);
-        assert_eq!(plan.staging_region_bytes(), 128 * MIB);
+        assert_eq!(plan.staging_region_bytes(), 256 * MIB);
+    }
+
+    #[test]
+    fn two_shot_halves_hold_both_areas_of_uneven_shards() {
+        assert_eq!(two_shot_half_bytes(64, 2), 128);
+        // 5 packs over 4 ranks: shards of 2 packs, 8 packs per area.
+        assert_eq!(two_shot_half_bytes(80, 4), 2 * 8 * 16);
+        assert_eq!(two_shot_half_bytes(0, 3), 0);
+        for world in 1..=8 {
+            for packs in 1..200u64 {
+                let need = two_shot_half_bytes(packs * 16, world);
+                assert!(need >= 2 * packs * 16 && need < 2 * (packs + world as u64) * 16);
+            }
+        }
     }
 
     #[test]

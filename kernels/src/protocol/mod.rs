@@ -36,7 +36,10 @@ pub const PUSH_BUFFERS: u64 = 3;
 /// Staging halves per rank: alternate uses, so no end-of-call barrier is needed.
 pub const STAGING_HALVES: u64 = 2;
 
-/// The per-rank control block in device memory: 32-bit words.
+/// The per-rank control block in device memory, addressed in 32-bit words;
+/// the sequence counters and barrier flags are 64-bit (two words, 8-byte
+/// aligned), so they never wrap in practice: a per-block flag that a smaller
+/// grid left behind for 2^31 calls can no longer read as "arrived".
 pub mod ctrl {
     use super::{MAX_BLOCKS, MAX_WORLD};
 
@@ -48,21 +51,44 @@ pub mod ctrl {
     pub const PUSH_PHASE: usize = 2;
     /// Blocks of the running push call that have finished.
     pub const PUSH_DONE: usize = 3;
-    /// Last barrier value used by the pull family.
+    /// Last barrier value used by the pull family (u64).
     pub const PULL_SEQ: usize = 4;
-    /// Staging uses so far (its parity picks the half).
-    pub const PULL_USE: usize = 5;
+    /// Staging uses so far (u64; its parity picks the half).
+    pub const PULL_USE: usize = 6;
     /// Blocks of the running pull-family call that have finished.
-    pub const PULL_DONE: usize = 6;
+    pub const PULL_DONE: usize = 8;
     /// Bytes per slot that the last call through each push buffer used (3 words).
-    pub const PUSH_USED: usize = 8;
-    /// Barrier flags: `FLAGS + block * MAX_WORLD + source_rank`, written by peers.
-    /// Starts on its own 128-byte line, away from the counters above.
+    pub const PUSH_USED: usize = 9;
+    /// Barrier flags (u64): flag `(block * MAX_WORLD + source_rank)` of the array
+    /// that starts at this word, written by peers. Starts on its own 128-byte
+    /// line, away from the counters above.
     pub const FLAGS: usize = 32;
+    /// Barrier flags in the block.
+    pub const FLAG_COUNT: usize = MAX_BLOCKS as usize * MAX_WORLD;
     /// Words in the block.
-    pub const WORDS: usize = FLAGS + MAX_BLOCKS as usize * MAX_WORLD;
+    pub const WORDS: usize = FLAGS + 2 * FLAG_COUNT;
     /// Bytes in the block.
     pub const BYTES: usize = WORDS * 4;
+
+    /// The control block a rank starts with: every word 0, except the 64-bit
+    /// sequence counters and barrier flags, which start at `sequence_start`
+    /// (tests start them just below the wrap), and the push phase, which starts
+    /// at `sequence_start % 3` (any phase is a valid start).
+    pub fn initial_words(sequence_start: u64) -> Vec<u32> {
+        let mut words = vec![0u32; WORDS];
+        let (low, high) = (sequence_start as u32, (sequence_start >> 32) as u32);
+        let mut set_u64 = |word: usize| {
+            words[word] = low;
+            words[word + 1] = high;
+        };
+        set_u64(PULL_SEQ);
+        set_u64(PULL_USE);
+        for flag in 0..FLAG_COUNT {
+            set_u64(FLAGS + 2 * flag);
+        }
+        words[PUSH_PHASE] = (sequence_start % 3) as u32;
+        words
+    }
 }
 
 /// Which kernel reported a device fault (the CUDA code uses the same numbers).
@@ -155,7 +181,28 @@ mod tests {
             0,
             "flags start on their own 128-byte line"
         );
-        assert_eq!(ctrl::BYTES, (32 + 256 * 8) * 4);
+        // 64-bit words sit at even word offsets (8-byte aligned).
+        for word in [ctrl::PULL_SEQ, ctrl::PULL_USE, ctrl::FLAGS] {
+            assert_eq!(word % 2, 0, "word {word}");
+        }
+        const { assert!(ctrl::PULL_USE >= ctrl::PULL_SEQ + 2 && ctrl::PULL_DONE >= ctrl::PULL_USE + 2) };
+        assert_eq!(ctrl::BYTES, (32 + 2 * 256 * 8) * 4);
+    }
+
+    #[test]
+    fn initial_control_block_starts_every_counter_at_the_start_value() {
+        let start = u64::MAX - 5;
+        let words = ctrl::initial_words(start);
+        let u64_at = |w: usize| words[w] as u64 | (words[w + 1] as u64) << 32;
+        assert_eq!(u64_at(ctrl::PULL_SEQ), start);
+        assert_eq!(u64_at(ctrl::PULL_USE), start);
+        assert_eq!(u64_at(ctrl::FLAGS), start);
+        assert_eq!(u64_at(ctrl::FLAGS + 2 * (ctrl::FLAG_COUNT - 1)), start);
+        assert_eq!(words[ctrl::ERROR], 0);
+        assert_eq!(words[ctrl::PUSH_DONE], 0);
+        assert_eq!(words[ctrl::PULL_DONE], 0);
+        assert!(words[ctrl::PUSH_PHASE] < 3);
+        assert!(ctrl::initial_words(0).iter().all(|&w| w == 0));
     }
 
     #[test]

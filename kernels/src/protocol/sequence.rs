@@ -15,16 +15,17 @@ pub const fn rearm_phase(phase: u32) -> u32 {
     (phase + 2) % PUSH_BUFFERS as u32
 }
 
-/// Staging half of the `use_count`-th use. Counters wrap at 2^32, an even
+/// Staging half of the `use_count`-th use. Counters wrap at 2^64, an even
 /// number, so halves keep alternating across the wrap.
-pub const fn staging_half(use_count: u32) -> u32 {
+pub const fn staging_half(use_count: u64) -> u64 {
     use_count & 1
 }
 
 /// Whether a barrier flag holding `flag` satisfies a wait for `target`. Counters
-/// only increase and wrap at 2^32, so compare by signed distance.
-pub const fn flag_reached(flag: u32, target: u32) -> bool {
-    (flag.wrapping_sub(target) as i32) >= 0
+/// only increase (64-bit, so in practice they never wrap); they are compared by
+/// signed distance, which also holds across the wrap.
+pub const fn flag_reached(flag: u64, target: u64) -> bool {
+    (flag.wrapping_sub(target) as i64) >= 0
 }
 
 /// Chunks a pull-family kernel moves `units` in, `chunk_units` at a time.
@@ -78,7 +79,7 @@ mod tests {
 
     #[test]
     fn staging_halves_alternate_across_the_wrap() {
-        let mut u = u32::MAX - 3;
+        let mut u = u64::MAX - 3;
         for _ in 0..8 {
             assert_ne!(staging_half(u), staging_half(u.wrapping_add(1)));
             u = u.wrapping_add(1);
@@ -92,9 +93,16 @@ mod tests {
         assert!(!flag_reached(4, 5));
         assert!(!flag_reached(0, 1));
         // A peer that already signalled the next barrier satisfies this one.
-        assert!(flag_reached(u32::MAX.wrapping_add(2), u32::MAX));
-        assert!(flag_reached(1, u32::MAX));
-        assert!(!flag_reached(u32::MAX, 1));
+        assert!(flag_reached(u64::MAX.wrapping_add(2), u64::MAX));
+        assert!(flag_reached(1, u64::MAX));
+        assert!(!flag_reached(u64::MAX, 1));
+        // A per-block flag left behind by 2^31 + 1 calls (a block the grid of
+        // those calls did not use) is still "not arrived": the 32-bit counters
+        // of earlier versions read it as arrived.
+        let stale = 7u64;
+        let target = stale + (1u64 << 31) + 1;
+        assert!(!flag_reached(stale, target));
+        assert!((stale as u32).wrapping_sub(target as u32) as i32 >= 0);
     }
 
     #[test]
