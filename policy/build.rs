@@ -5,7 +5,30 @@
 //! `tuned` is a symbolic link to the repository's `tuned/` in a checkout, and a
 //! plain folder in the published package; Cargo scans either.
 
-fn main() {
+use std::path::Path;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
     println!("cargo:rerun-if-changed=tuned");
     println!("cargo:rerun-if-changed=build.rs");
+    let tuned = Path::new("tuned");
+    if tuned.is_dir() {
+        return ExitCode::SUCCESS;
+    }
+    // A checkout made without symbolic links (git on Windows by default) turns
+    // the link into a small text file; say so here, where the cause is known,
+    // rather than as a puzzling "not a directory" from the macro.
+    let found = match std::fs::symlink_metadata(tuned) {
+        Ok(meta) if meta.is_file() => {
+            "a plain file (a symbolic link checked out without link support?)"
+        }
+        Ok(_) => "a link that leads to no folder",
+        Err(_) => "missing",
+    };
+    eprintln!(
+        "error: policy/tuned is {found}. It holds the selection tables: in the colltune \
+         repository a symbolic link to ../tuned (enable links with `git config core.symlinks true` \
+         and check out again), in the published crate a folder."
+    );
+    ExitCode::FAILURE
 }

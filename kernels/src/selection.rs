@@ -63,3 +63,39 @@ pub(crate) fn capacity(arch: Arch, link: Link, collective: Collective, algo: Alg
 pub fn table_choice(query: Query) -> Algo {
     policy::tables_in_use().select(query)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vocab::{DType, Mode};
+
+    /// Selection and buffer sizes come from the tables in use (here the built-in
+    /// ones: nothing in this binary hands over others), and the override still
+    /// wins over them.
+    #[test]
+    fn answers_come_from_the_tables_in_use() {
+        let tables = policy::tables_in_use();
+        let query = |bytes| Query {
+            collective: Collective::AllReduce,
+            arch: Arch::SM90,
+            link: Link::NvLink,
+            world_size: 8,
+            dtype: DType::Bf16,
+            mode: Mode::Graph,
+            bytes,
+        };
+        let plain = Selector::from_spec("").unwrap();
+        for bytes in [0, 4096, 1 << 20, 64 << 20, u64::MAX] {
+            assert_eq!(plain.select(query(bytes)), tables.select(query(bytes)));
+            assert_eq!(table_choice(query(bytes)), tables.select(query(bytes)));
+        }
+        for algo in Collective::AllReduce.algos().iter().copied() {
+            assert_eq!(
+                capacity(Arch::SM90, Link::NvLink, Collective::AllReduce, algo),
+                tables.capacity(Arch::SM90, Link::NvLink, Collective::AllReduce, algo)
+            );
+        }
+        let forced = Selector::from_spec("all_reduce=nccl").unwrap();
+        assert_eq!(forced.select(query(4096)), Algo::Nccl);
+    }
+}
