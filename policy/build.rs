@@ -27,8 +27,8 @@ fn main() -> ExitCode {
     };
     eprintln!(
         "error: policy/tuned is {found}. It holds the selection tables: in the colltune \
-         repository a symbolic link to ../tuned (enable links with `git config core.symlinks true` \
-         and check out again), in the published crate a folder."
+         repository a symbolic link to ../tuned (clone with links enabled: \
+         `git clone -c core.symlinks=true`), in the published crate a folder."
     );
     ExitCode::FAILURE
 }

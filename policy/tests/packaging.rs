@@ -11,7 +11,7 @@ fn the_tables_are_inside_the_package() {
     assert!(
         tuned.is_dir(),
         "{} is not a folder; in a checkout it is a symbolic link to ../tuned \
-         (on Windows, enable symbolic links: git config core.symlinks true)",
+         (clone with links enabled: git clone -c core.symlinks=true)",
         tuned.display()
     );
     assert!(tuned.join("sm90-nvlink.toml").is_file());
