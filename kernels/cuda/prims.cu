@@ -38,10 +38,16 @@ constexpr int kWorld = CT_WORLD;
 // Call state
 // ---------------------------------------------------------------------------
 
-// What a kernel needs from its rank's control block before it starts. Thread 0
-// issues the loads together (one memory latency, not one per word) and
-// broadcasts them through shared memory, so every thread of the block takes the
-// same branches and no barrier is left half-entered.
+// What a block needs from its rank's control block before it starts. Every
+// block keeps its own copy of the rank's call state (CT_CTRL_STATE + block *
+// CT_CTRL_STATE_WORDS), so no block ever waits for another block of its own
+// kernel and nothing is handed over at the end: thread 0 loads the error word
+// and the block's state together (one memory latency), broadcasts them through
+// shared memory (so every thread takes the same branches and no barrier is left
+// half-entered), and writes the next state at once (save_*_state; the next call
+// on this rank starts after this kernel has finished, in stream order). This
+// needs every kernel of a rank to launch the same grid, so that block b sees
+// every call (the host does: LaunchShape::grid).
 struct CallState {
     u32 poisoned;       // an earlier call of this rank timed out
     u32 push_phase;     // push buffer of this call, 0..2
@@ -56,41 +62,51 @@ struct CallState {
     }
 };
 
+__device__ __forceinline__ u32* block_state(u32* ctrl) {
+    return ctrl + CT_CTRL_STATE + blockIdx.x * CT_CTRL_STATE_WORDS;
+}
+
 __device__ __forceinline__ CallState begin_call(u32* ctrl) {
     __shared__ CallState s;
     if (threadIdx.x == 0) {
-        const volatile u32* c = ctrl;
-        s.poisoned = c[CT_CTRL_ERROR];
-        s.push_phase = c[CT_CTRL_PUSH_PHASE];
-        s.push_used[0] = c[CT_CTRL_PUSH_USED + 0];
-        s.push_used[1] = c[CT_CTRL_PUSH_USED + 1];
-        s.push_used[2] = c[CT_CTRL_PUSH_USED + 2];
-        s.seq = *(const volatile u64*)ctrl_u64(ctrl, CT_CTRL_PULL_SEQ);
-        s.use = *(const volatile u64*)ctrl_u64(ctrl, CT_CTRL_PULL_USE);
+        const u32* state = block_state(ctrl);
+        const u32 poisoned = ld_u32_sys(ctrl + CT_CTRL_ERROR);
+        const Pack low = ld_pack_sys(state);
+        const Pack high = ld_pack_sys(state + 4);
+        s.poisoned = poisoned;
+        s.push_phase = low.w[CT_STATE_PUSH_PHASE];
+        s.push_used[0] = low.w[CT_STATE_PUSH_USED + 0];
+        s.push_used[1] = low.w[CT_STATE_PUSH_USED + 1];
+        s.push_used[2] = low.w[CT_STATE_PUSH_USED + 2];
+        s.seq = (u64)high.w[CT_STATE_PULL_SEQ - 4] | ((u64)high.w[CT_STATE_PULL_SEQ - 3] << 32);
+        s.use = (u64)high.w[CT_STATE_PULL_USE - 4] | ((u64)high.w[CT_STATE_PULL_USE - 3] << 32);
     }
     __syncthreads();
     return s;
 }
 
-// End of a call: every block arrives on `done`; the last one resets it and
-// returns true in all its threads, so it alone advances the rank's counters.
-//
-// No fence before the arrival: the one thing the last block must not overtake
-// is the other blocks' reads of the counters in begin_call, and a block arrives
-// only after it has used those values (the loads have returned). The next call
-// on this rank starts after this kernel has finished (stream order), so every
-// block of it sees the new values.
-__device__ __forceinline__ bool end_call(u32* done) {
-    __shared__ u32 s_last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const u32 previous = atomicAdd(done, 1u);
-        s_last = (previous == gridDim.x - 1) ? 1u : 0u;
-        if (s_last) *done = 0u;
-    }
-    __syncthreads();
-    return s_last != 0u;
+// The push state after a call of `bytes` per slot through buffer s.push_phase.
+__device__ __forceinline__ void save_push_state(u32* ctrl, const CallState& s, u64 bytes) {
+    if (threadIdx.x != 0) return;
+    u32* state = block_state(ctrl);
+    state[CT_STATE_PUSH_USED + s.push_phase] = (u32)bytes;
+    state[CT_STATE_PUSH_PHASE] = (s.push_phase + 1u) % 3u;
 }
+
+// The pull-family state after a call that used `barriers` barrier values and
+// `uses` staging uses.
+__device__ __forceinline__ void save_pull_state(u32* ctrl, const CallState& s, u64 barriers, u64 uses) {
+    if (threadIdx.x != 0) return;
+    u32* state = block_state(ctrl);
+    *ctrl_u64(state, CT_STATE_PULL_SEQ) = s.seq + barriers;
+    *ctrl_u64(state, CT_STATE_PULL_USE) = s.use + uses;
+}
+
+// Whether this block has any of `units` units (unit j belongs to thread j mod
+// stride). A block without work skips its barriers: its peers' same blocks have
+// none either (every rank runs the same call on the same grid), and its flags
+// simply lag (flag_reached accepts any later value).
+__device__ __forceinline__ bool block_has_work(u64 units) { return (u64)blockIdx.x * blockDim.x < units; }
 
 // ---------------------------------------------------------------------------
 // Reduction

@@ -2,7 +2,7 @@
 //
 // Each rank owns a staging region of two halves of `staging_bytes`; the pull
 // family (one_shot_pull, two_shot_pull, the reference) alternates between them,
-// CT_CTRL_PULL_USE counting uses (its parity picks the half).
+// the staging-use counter of the block call state picking the half (its parity).
 //
 // one_shot_pull moves a message that fits one half:
 //   1. every block copies its packs of this rank's input into staging half h,
@@ -19,14 +19,16 @@
 // block b of this rank writes half h again it has passed a barrier of the use in
 // between, which needs block b of every peer to signal it; a peer's block b
 // signals only after all its threads finished reading the use before (the
-// barrier starts with __syncthreads). When the grid differs between calls,
-// kernel order settles it: a rank starts a new call only after its previous
-// kernel ended, which needed every peer to have entered that previous call, so
-// every peer had finished the call before it.
+// barrier starts with __syncthreads). When block b had no work in the use in
+// between (a smaller message), kernel order settles it: this rank started the
+// new use only after its kernel of the use in between ended, which needed block
+// 0 of every peer to arrive in that use (block 0 always has work), so every peer
+// had finished its kernel of the use before.
 //
-// Barrier values come from CT_CTRL_PULL_SEQ, a per-rank 64-bit counter shared by
-// every pull-family kernel: all ranks run the same sequence of calls, so they
-// agree on it without talking.
+// Barrier values come from the block call state's 64-bit sequence counter,
+// shared by every pull-family kernel: all ranks run the same sequence of calls
+// on the same grid, so they agree on it without talking. A block with no packs
+// skips the barrier (see block_has_work).
 
 template <int W, typename E, bool REDUCE>
 __device__ __forceinline__ void pull_collective(const CollArgs& a) {
@@ -35,6 +37,7 @@ __device__ __forceinline__ void pull_collective(const CollArgs& a) {
     u32* ctrl = ctrl_of(a, a.rank);
     const CallState state = begin_call(ctrl);
     if (state.poisoned) return;
+    save_pull_state(ctrl, state, 1u, 1u);
 
     const u32 world = World<W>::size(a);
     const u64 half = (state.use & 1u) * a.staging_bytes;
@@ -63,7 +66,7 @@ __device__ __forceinline__ void pull_collective(const CollArgs& a) {
     }
 
     // 2. Barrier; 3. read every rank's half.
-    if (block_barrier<W>(a, state.seq + 1u, CT_KERNEL_PULL, CT_PHASE_BARRIER_1)) {
+    if (block_has_work(packs) && block_barrier<W>(a, state.seq + 1u, CT_KERNEL_PULL, CT_PHASE_BARRIER_1)) {
         for (u64 base = first; base < packs; base += step) {
             Pack v[UNROLL][SLOTS];
 #pragma unroll
@@ -89,10 +92,6 @@ __device__ __forceinline__ void pull_collective(const CollArgs& a) {
         }
     }
 
-    if (end_call(ctrl + CT_CTRL_PULL_DONE) && threadIdx.x == 0) {
-        *ctrl_u64(ctrl, CT_CTRL_PULL_SEQ) = state.seq + 1u;
-        *ctrl_u64(ctrl, CT_CTRL_PULL_USE) = state.use + 1u;
-    }
 }
 
 CT_KERNEL colltune_pull_all_reduce_bf16(const CollArgs a) { pull_collective<kWorld, Bf16, true>(a); }
@@ -129,6 +128,7 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
     const u64 stride = thread_stride();
     const char* in = (const char*)a.input;
     char* out = (char*)a.output;
+    save_pull_state(ctrl, state, chunks, chunks);
 
     for (u64 c = 0; c < chunks; ++c) {
         const u64 half = ((state.use + c) & 1u) * a.staging_bytes;
@@ -139,6 +139,7 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
         for (u64 j = first; j < len; j += stride)
             *(Bits*)(my_stage + j * unit) = *(const Bits*)(in + (base + j) * unit);
 
+        if (!block_has_work(len)) continue;
         if (!block_barrier<0>(a, state.seq + c + 1u, CT_KERNEL_REFERENCE, CT_PHASE_BARRIER_1)) break;
 
         for (u64 j = first; j < len; j += stride) {
@@ -156,10 +157,6 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
         }
     }
 
-    if (end_call(ctrl + CT_CTRL_PULL_DONE) && threadIdx.x == 0) {
-        *ctrl_u64(ctrl, CT_CTRL_PULL_SEQ) = state.seq + chunks;
-        *ctrl_u64(ctrl, CT_CTRL_PULL_USE) = state.use + chunks;
-    }
 }
 
 CT_KERNEL colltune_reference_all_reduce_bf16(const CollArgs a) { reference_collective<Bf16, true>(a); }

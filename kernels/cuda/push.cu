@@ -5,7 +5,8 @@
 // `slot_bytes`, slot p receiving rank p's data (a rank's own slot is never
 // written: it reads its own contribution from its input). Every word of a peer
 // slot is armed with the sentinel before it is written. Call k (k = this rank's
-// count of push calls, kept mod 3 in CT_CTRL_PUSH_PHASE so it never wraps badly):
+// count of push calls, kept mod 3 in each block's call state so it never wraps
+// badly):
 //   1. writes this rank's input, sentinel words replaced by 0, into slot `rank`
 //      of buffer k%3 on every peer, 16-byte relaxed.sys stores, UNROLL packs
 //      per thread per step so that many stores are in flight;
@@ -15,7 +16,7 @@
 //      copies them to the output. Every word is its own "arrived" bit, so torn
 //      16-byte stores cannot be mistaken for complete ones;
 //   3. re-arms the peer slots of its own buffer (k+2)%3, i.e. the buffer of call
-//      k-1, for as many bytes per slot as call k-1 used (CT_CTRL_PUSH_USED).
+//      k-1, for as many bytes per slot as call k-1 used (block call state).
 //
 // Why nobody writes into buffer (k+2)%3 while it is re-armed: a peer writes into
 // this rank's buffer j%3 only during its own call j, and it can only finish call
@@ -35,15 +36,7 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
     const int SLOTS = World<W>::SLOTS;
     const int UNROLL = World<W>::UNROLL;
     u32* ctrl = ctrl_of(a, a.rank);
-    const CallState state = begin_call(ctrl);
-    if (state.poisoned) return;
-
-    const u32 world = World<W>::size(a);
-    const u32 rank = a.rank;
-    const u32 phase = state.push_phase;
-    const u32 rearm = (phase + 2u) % 3u;
     const u64 packs = a.bytes / 16u;
-    const u64 buffer_bytes = (u64)world * a.slot_bytes;
     const u64 first = first_thread();
     const u64 stride = thread_stride();
     const u64 step = stride * UNROLL;
@@ -51,14 +44,33 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
     const char* in = (const char*)a.input;
     char* out = (char*)a.output;
 
+    // The first step's input does not depend on the call state: its loads are
+    // in flight while thread 0 reads the state.
+    Pack v[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+        const u64 i = first + u * stride;
+        if (i < packs) v[u] = without_sentinel(ld_io(in + i * 16u, aligned));
+    }
+    const CallState state = begin_call(ctrl);
+    if (state.poisoned) return;
+    save_push_state(ctrl, state, a.bytes);
+
+    const u32 world = World<W>::size(a);
+    const u32 rank = a.rank;
+    const u32 phase = state.push_phase;
+    const u32 rearm = (phase + 2u) % 3u;
+    const u64 buffer_bytes = (u64)world * a.slot_bytes;
+
     // 1. Push this rank's data into slot `rank` of buffer `phase` of every peer.
     const u64 my_slot = (u64)phase * buffer_bytes + (u64)rank * a.slot_bytes;
     for (u64 base = first; base < packs; base += step) {
-        Pack v[UNROLL];
+        if (base != first) {
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 i = base + u * stride;
-            if (i < packs) v[u] = without_sentinel(ld_io(in + i * 16u, aligned));
+            for (int u = 0; u < UNROLL; ++u) {
+                const u64 i = base + u * stride;
+                if (i < packs) v[u] = without_sentinel(ld_io(in + i * 16u, aligned));
+            }
         }
 #pragma unroll
         for (int p = 0; p < SLOTS; ++p) {
@@ -123,11 +135,6 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
     for (int p = 0; p < SLOTS; ++p)
         if ((u32)p < world && (u32)p != rank) lamport_rearm(stale + (u64)p * a.slot_bytes, used_packs, first, stride);
 
-    // 4. Advance to the next buffer.
-    if (end_call(ctrl + CT_CTRL_PUSH_DONE) && threadIdx.x == 0) {
-        ctrl[CT_CTRL_PUSH_USED + phase] = (u32)a.bytes;
-        ctrl[CT_CTRL_PUSH_PHASE] = (phase + 1u) % 3u;
-    }
 }
 
 CT_KERNEL colltune_push_all_reduce_bf16(const CollArgs a) { push_collective<kWorld, Bf16, true>(a); }

@@ -37,6 +37,7 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
     u32* ctrl = ctrl_of(a, a.rank);
     const CallState state = begin_call(ctrl);
     if (state.poisoned) return;
+    save_pull_state(ctrl, state, 2u, 1u);
 
     const u32 world = World<W>::size(a);
     const u32 rank = a.rank;
@@ -75,6 +76,9 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
             }
         }
     }
+
+    // A block with no packs has nothing to wait for (see block_has_work).
+    if (!block_has_work(shard)) return;
 
     if (block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT, CT_PHASE_BARRIER_1)) {
         // 3. Reduce shard `rank`; send the sum to every peer.
@@ -134,11 +138,6 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
                 }
             }
         }
-    }
-
-    if (end_call(ctrl + CT_CTRL_PULL_DONE) && threadIdx.x == 0) {
-        *ctrl_u64(ctrl, CT_CTRL_PULL_SEQ) = state.seq + 2u;
-        *ctrl_u64(ctrl, CT_CTRL_PULL_USE) = state.use + 1u;
     }
 }
 

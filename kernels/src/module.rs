@@ -15,7 +15,7 @@ use cudarc::nvrtc::{Ptx, result as nvrtc, sys as nvrtc_sys};
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
 use crate::protocol::cuda_prelude;
-use crate::vocab::{Arch, Collective, DType};
+use crate::vocab::{Algo, Arch, Collective, DType};
 
 /// The kernel sources, in compilation order (embedded in the binary).
 const SOURCES: [(&str, &str); 5] = [
@@ -78,6 +78,18 @@ pub enum KernelKind {
     TwoShot,
     /// The loopback world's stand-in for NCCL.
     Reference,
+}
+
+impl KernelKind {
+    /// The kernel family of a custom algorithm; `None` for NCCL.
+    pub fn of(algo: Algo) -> Option<KernelKind> {
+        match algo {
+            Algo::OneShotPush => Some(KernelKind::Push),
+            Algo::OneShotPull => Some(KernelKind::Pull),
+            Algo::TwoShotPull => Some(KernelKind::TwoShot),
+            Algo::Nccl => None,
+        }
+    }
 }
 
 /// The entry point of `kind` for `collective` on `dtype`, or `None` (two-shot

@@ -1,18 +1,12 @@
-//! Launch wrappers: one per algorithm, all through [`launch`]. They take device
-//! pointers the communicator already checked, pick the grid and fill the
-//! per-call fields of [`CollArgs`]; nothing here decides or validates.
+//! The launch of a collective kernel. It takes device pointers the
+//! communicator already checked and fills the per-call fields of [`CollArgs`];
+//! nothing here decides or validates. Every kernel of a rank launches the same
+//! grid ([`LaunchShape::grid`]): the kernels size their own work from the
+//! message (kernels/cuda/*.cu).
 
 pub mod args;
-mod one_shot_pull;
-mod one_shot_push;
-mod reference;
-mod two_shot_pull;
 
 pub use args::CollArgs;
-pub(crate) use one_shot_pull::one_shot_pull;
-pub(crate) use one_shot_push::one_shot_push;
-pub(crate) use reference::reference;
-pub(crate) use two_shot_pull::two_shot_pull;
 
 use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 
@@ -39,15 +33,14 @@ impl Call {
     }
 }
 
-/// Launches `kind` for `call` on `stream` with `units` parallel work items.
-fn launch(
+/// Launches `kind` for `call` on `stream`.
+pub(crate) fn launch(
     kernels: &KernelSet,
     kind: KernelKind,
     stream: &CudaStream,
     shape: LaunchShape,
     base: &CollArgs,
     call: &Call,
-    units: u64,
 ) -> Result<()> {
     if !kernels.serves_world(base.world as usize) {
         return Err(Error::Unsupported(format!(
@@ -68,7 +61,7 @@ fn launch(
         ..*base
     };
     let config = LaunchConfig {
-        grid_dim: (shape.blocks_for(units), 1, 1),
+        grid_dim: (shape.grid(), 1, 1),
         block_dim: (shape.threads, 1, 1),
         shared_mem_bytes: 0,
     };

@@ -11,6 +11,7 @@ use super::rank::RankComm;
 use crate::algorithms::{self, Call};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::module::KernelKind;
 use crate::protocol::decline::{CallShape, Decline, decline};
 use crate::vocab::{Algo, Collective, DType, Query};
 
@@ -219,14 +220,15 @@ impl RankComm {
     }
 
     fn launch_custom(&self, algo: Algo, call: &Call) -> Result<()> {
-        let (kernels, stream, shape, base) =
-            (&*self.kernels, &*self.stream, self.shape, &self.base_args);
-        match algo {
-            Algo::OneShotPush => algorithms::one_shot_push(kernels, stream, shape, base, call),
-            Algo::OneShotPull => algorithms::one_shot_pull(kernels, stream, shape, base, call),
-            Algo::TwoShotPull => algorithms::two_shot_pull(kernels, stream, shape, base, call),
-            Algo::Nccl => unreachable!("NCCL is not a custom kernel"),
-        }
+        let kind = KernelKind::of(algo).expect("NCCL is not a custom kernel");
+        algorithms::launch(
+            &self.kernels,
+            kind,
+            &self.stream,
+            self.shape,
+            &self.base_args,
+            call,
+        )
     }
 
     fn run_fallback(&self, call: &Call) -> Result<()> {
@@ -248,8 +250,9 @@ impl RankComm {
                     }
                 }
             }
-            (Fallback::LoopbackReference, _) => algorithms::reference(
+            (Fallback::LoopbackReference, _) => algorithms::launch(
                 &self.kernels,
+                KernelKind::Reference,
                 &self.stream,
                 self.shape,
                 &self.base_args,

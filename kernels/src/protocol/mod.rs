@@ -36,10 +36,17 @@ pub const PUSH_BUFFERS: u64 = 3;
 /// Staging halves per rank: alternate uses, so no end-of-call barrier is needed.
 pub const STAGING_HALVES: u64 = 2;
 
-/// The per-rank control block in device memory, addressed in 32-bit words;
-/// the sequence counters and barrier flags are 64-bit (two words, 8-byte
-/// aligned), so they never wrap in practice: a per-block flag that a smaller
-/// grid left behind for 2^31 calls can no longer read as "arrived".
+/// The per-rank control block in device memory, addressed in 32-bit words.
+///
+/// Every block of a kernel keeps its own copy of the rank's call state (push
+/// phase, push bytes used per buffer, pull-family barrier value and staging
+/// uses), read when the block starts and rewritten by its thread 0 right away:
+/// no block ever waits for another block of its own kernel, and there is no
+/// end-of-kernel hand-over. This needs every kernel of a rank to launch the
+/// same grid (see [`super::grid::LaunchShape::grid`]): block b then sees every
+/// call. The sequence counters and barrier flags are 64-bit, so they never wrap
+/// in practice: a per-block flag left behind by calls that gave its block no
+/// work cannot read as "arrived" after 2^31 calls, as 32-bit flags could.
 pub mod ctrl {
     use super::{MAX_BLOCKS, MAX_WORLD};
 
@@ -47,22 +54,23 @@ pub mod ctrl {
     pub const ERROR: usize = 0;
     /// Peer and block of the first fault.
     pub const ERROR_INFO: usize = 1;
-    /// Push buffer of the next push call, in 0..3.
-    pub const PUSH_PHASE: usize = 2;
-    /// Blocks of the running push call that have finished.
-    pub const PUSH_DONE: usize = 3;
-    /// Last barrier value used by the pull family (u64).
-    pub const PULL_SEQ: usize = 4;
-    /// Staging uses so far (u64; its parity picks the half).
-    pub const PULL_USE: usize = 6;
-    /// Blocks of the running pull-family call that have finished.
-    pub const PULL_DONE: usize = 8;
-    /// Bytes per slot that the last call through each push buffer used (3 words).
-    pub const PUSH_USED: usize = 9;
-    /// Barrier flags (u64): flag `(block * MAX_WORLD + source_rank)` of the array
-    /// that starts at this word, written by peers. Starts on its own 128-byte
-    /// line, away from the counters above.
-    pub const FLAGS: usize = 32;
+    /// Per-block call state: `STATE + block * STATE_WORDS`, 32 bytes each
+    /// (loaded as two 16-byte vectors), starting on its own 128-byte line.
+    pub const STATE: usize = 32;
+    /// Words of one block's call state.
+    pub const STATE_WORDS: usize = 8;
+    /// Within a block's state: push buffer of the next push call, in 0..3.
+    pub const STATE_PUSH_PHASE: usize = 0;
+    /// Within a block's state: bytes per slot the last push call through each
+    /// of the 3 buffers used (3 words).
+    pub const STATE_PUSH_USED: usize = 1;
+    /// Within a block's state: last barrier value of the pull family (u64).
+    pub const STATE_PULL_SEQ: usize = 4;
+    /// Within a block's state: staging uses so far (u64; its parity picks the half).
+    pub const STATE_PULL_USE: usize = 6;
+    /// Barrier flags (u64): flag `block * MAX_WORLD + source_rank` of the array
+    /// that starts at this word, written by peers.
+    pub const FLAGS: usize = STATE + MAX_BLOCKS as usize * STATE_WORDS;
     /// Barrier flags in the block.
     pub const FLAG_COUNT: usize = MAX_BLOCKS as usize * MAX_WORLD;
     /// Words in the block.
@@ -70,10 +78,11 @@ pub mod ctrl {
     /// Bytes in the block.
     pub const BYTES: usize = WORDS * 4;
 
-    /// The control block a rank starts with: every word 0, except the 64-bit
-    /// sequence counters and barrier flags, which start at `sequence_start`
-    /// (tests start them just below the wrap), and the push phase, which starts
-    /// at `sequence_start % 3` (any phase is a valid start).
+    /// The control block a rank starts with: no error; in every block's state
+    /// the push phase `sequence_start % 3` (any phase is a valid start), no push
+    /// bytes used, and the 64-bit sequence counters at `sequence_start`; every
+    /// barrier flag at `sequence_start` too (tests start them just below the
+    /// wrap).
     pub fn initial_words(sequence_start: u64) -> Vec<u32> {
         let mut words = vec![0u32; WORDS];
         let (low, high) = (sequence_start as u32, (sequence_start >> 32) as u32);
@@ -81,12 +90,17 @@ pub mod ctrl {
             words[word] = low;
             words[word + 1] = high;
         };
-        set_u64(PULL_SEQ);
-        set_u64(PULL_USE);
+        for block in 0..MAX_BLOCKS as usize {
+            let state = STATE + block * STATE_WORDS;
+            set_u64(state + STATE_PULL_SEQ);
+            set_u64(state + STATE_PULL_USE);
+        }
         for flag in 0..FLAG_COUNT {
             set_u64(FLAGS + 2 * flag);
         }
-        words[PUSH_PHASE] = (sequence_start % 3) as u32;
+        for block in 0..MAX_BLOCKS as usize {
+            words[STATE + block * STATE_WORDS + STATE_PUSH_PHASE] = (sequence_start % 3) as u32;
+        }
         words
     }
 }
@@ -123,12 +137,12 @@ pub fn cuda_prelude() -> String {
         ("CT_SENTINEL", format!("{SENTINEL:#010x}u")),
         ("CT_CTRL_ERROR", ctrl::ERROR.to_string()),
         ("CT_CTRL_ERROR_INFO", ctrl::ERROR_INFO.to_string()),
-        ("CT_CTRL_PUSH_PHASE", ctrl::PUSH_PHASE.to_string()),
-        ("CT_CTRL_PUSH_DONE", ctrl::PUSH_DONE.to_string()),
-        ("CT_CTRL_PULL_SEQ", ctrl::PULL_SEQ.to_string()),
-        ("CT_CTRL_PULL_USE", ctrl::PULL_USE.to_string()),
-        ("CT_CTRL_PULL_DONE", ctrl::PULL_DONE.to_string()),
-        ("CT_CTRL_PUSH_USED", ctrl::PUSH_USED.to_string()),
+        ("CT_CTRL_STATE", ctrl::STATE.to_string()),
+        ("CT_CTRL_STATE_WORDS", ctrl::STATE_WORDS.to_string()),
+        ("CT_STATE_PUSH_PHASE", ctrl::STATE_PUSH_PHASE.to_string()),
+        ("CT_STATE_PUSH_USED", ctrl::STATE_PUSH_USED.to_string()),
+        ("CT_STATE_PULL_SEQ", ctrl::STATE_PULL_SEQ.to_string()),
+        ("CT_STATE_PULL_USE", ctrl::STATE_PULL_USE.to_string()),
         ("CT_CTRL_FLAGS", ctrl::FLAGS.to_string()),
         ("CT_ERR_TIMEOUT", format!("{FAULT_TIMEOUT}u")),
         ("CT_KERNEL_PUSH", format!("{}u", KernelKind::Push as u32)),
@@ -174,19 +188,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn control_block_fits_its_flags() {
-        assert!(ctrl::PUSH_USED + PUSH_BUFFERS as usize <= ctrl::FLAGS);
-        assert_eq!(
-            ctrl::FLAGS % 32,
-            0,
-            "flags start on their own 128-byte line"
-        );
-        // 64-bit words sit at even word offsets (8-byte aligned).
-        for word in [ctrl::PULL_SEQ, ctrl::PULL_USE, ctrl::FLAGS] {
-            assert_eq!(word % 2, 0, "word {word}");
-        }
-        const { assert!(ctrl::PULL_USE >= ctrl::PULL_SEQ + 2 && ctrl::PULL_DONE >= ctrl::PULL_USE + 2) };
-        assert_eq!(ctrl::BYTES, (32 + 2 * 256 * 8) * 4);
+    fn control_block_layout() {
+        // 64-bit words sit at even word offsets (8-byte aligned); each block's
+        // state is 32 bytes on a 16-byte boundary; flags follow the states.
+        const {
+            assert!(ctrl::STATE % 32 == 0 && ctrl::STATE > ctrl::ERROR_INFO);
+            assert!(ctrl::STATE_WORDS * 4 == 32);
+            assert!(ctrl::STATE_PUSH_USED + PUSH_BUFFERS as usize <= ctrl::STATE_PULL_SEQ);
+            assert!(ctrl::STATE_PULL_SEQ % 2 == 0 && ctrl::STATE_PULL_USE % 2 == 0);
+            assert!(ctrl::STATE_PULL_USE + 2 <= ctrl::STATE_WORDS);
+            assert!(ctrl::FLAGS % 32 == 0);
+        };
+        assert_eq!(ctrl::BYTES, (32 + 256 * 8 + 2 * 256 * 8) * 4);
     }
 
     #[test]
@@ -194,14 +207,16 @@ mod tests {
         let start = u64::MAX - 5;
         let words = ctrl::initial_words(start);
         let u64_at = |w: usize| words[w] as u64 | (words[w + 1] as u64) << 32;
-        assert_eq!(u64_at(ctrl::PULL_SEQ), start);
-        assert_eq!(u64_at(ctrl::PULL_USE), start);
+        for block in [0, 7, MAX_BLOCKS as usize - 1] {
+            let state = ctrl::STATE + block * ctrl::STATE_WORDS;
+            assert_eq!(u64_at(state + ctrl::STATE_PULL_SEQ), start);
+            assert_eq!(u64_at(state + ctrl::STATE_PULL_USE), start);
+            assert!(words[state + ctrl::STATE_PUSH_PHASE] < 3);
+            assert_eq!(words[state + ctrl::STATE_PUSH_USED], 0);
+        }
         assert_eq!(u64_at(ctrl::FLAGS), start);
         assert_eq!(u64_at(ctrl::FLAGS + 2 * (ctrl::FLAG_COUNT - 1)), start);
         assert_eq!(words[ctrl::ERROR], 0);
-        assert_eq!(words[ctrl::PUSH_DONE], 0);
-        assert_eq!(words[ctrl::PULL_DONE], 0);
-        assert!(words[ctrl::PUSH_PHASE] < 3);
         assert!(ctrl::initial_words(0).iter().all(|&w| w == 0));
     }
 
@@ -209,7 +224,7 @@ mod tests {
     fn prelude_defines_every_constant_once() {
         let prelude = cuda_prelude();
         assert!(prelude.contains("#define CT_SENTINEL 0x80000000u"));
-        assert!(prelude.contains("#define CT_CTRL_FLAGS 32"));
+        assert!(prelude.contains("#define CT_CTRL_STATE 32"));
         let names: Vec<&str> = prelude
             .lines()
             .filter_map(|l| l.strip_prefix("#define "))
