@@ -192,12 +192,14 @@ mod tests {
         // 64-bit words sit at even word offsets (8-byte aligned); each block's
         // state is 32 bytes on a 16-byte boundary; flags follow the states.
         const {
-            assert!(ctrl::STATE % 32 == 0 && ctrl::STATE > ctrl::ERROR_INFO);
+            assert!(ctrl::STATE.is_multiple_of(32) && ctrl::STATE > ctrl::ERROR_INFO);
             assert!(ctrl::STATE_WORDS * 4 == 32);
             assert!(ctrl::STATE_PUSH_USED + PUSH_BUFFERS as usize <= ctrl::STATE_PULL_SEQ);
-            assert!(ctrl::STATE_PULL_SEQ % 2 == 0 && ctrl::STATE_PULL_USE % 2 == 0);
+            assert!(
+                ctrl::STATE_PULL_SEQ.is_multiple_of(2) && ctrl::STATE_PULL_USE.is_multiple_of(2)
+            );
             assert!(ctrl::STATE_PULL_USE + 2 <= ctrl::STATE_WORDS);
-            assert!(ctrl::FLAGS % 32 == 0);
+            assert!(ctrl::FLAGS.is_multiple_of(32));
         };
         assert_eq!(ctrl::BYTES, (32 + 256 * 8 + 2 * 256 * 8) * 4);
     }
