@@ -10,13 +10,13 @@
 //   1. writes this rank's input, sentinel words replaced by 0, into slot `rank`
 //      of buffer k%3 on every peer, 16-byte relaxed.sys stores, UNROLL packs
 //      per thread per step so that many stores are in flight;
-//   2. loads, per step, UNROLL packs of every rank at once (peers' from its own
+//   2. re-arms the peer slots of its own buffer (k+2)%3, i.e. the buffer of call
+//      k-1, for as many bytes per slot as call k-1 used (block call state);
+//   3. loads, per step, UNROLL packs of every rank at once (peers' from its own
 //      buffer k%3, its own from its input), then polls the ones that still hold
 //      a sentinel word until they arrive, and reduces (f32, ranks in order) or
 //      copies them to the output. Every word is its own "arrived" bit, so torn
-//      16-byte stores cannot be mistaken for complete ones;
-//   3. re-arms the peer slots of its own buffer (k+2)%3, i.e. the buffer of call
-//      k-1, for as many bytes per slot as call k-1 used (block call state).
+//      16-byte stores cannot be mistaken for complete ones.
 //
 // Why nobody writes into buffer (k+2)%3 while it is re-armed: a peer writes into
 // this rank's buffer j%3 only during its own call j, and it can only finish call
@@ -28,7 +28,7 @@
 // call k+1, sent only after this kernel (re-arm stores included) has completed,
 // so the re-arm stores reach this GPU's memory before any later peer write.
 //
-// A unit (pack index i) is handled by the same thread in steps 1 and 2, which
+// A unit (pack index i) is handled by the same thread in steps 1 and 3, which
 // makes in-place calls safe: its input is read before its output is written.
 
 template <int W, typename E, bool REDUCE>
@@ -84,7 +84,18 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
         }
     }
 
-    // 2. Receive: the same thread handles the same packs as in step 1.
+    // 2. Re-arm the peer slots of the previous call's buffer, as far as it used
+    //    them. Done while this call's pushes are still crossing the link (they
+    //    are posted stores), so the local writes overlap the transfer instead
+    //    of trailing the reduction.
+    const u64 used_packs = (u64)state.used_bytes(rearm) / 16u;
+    char* stale = (char*)a.push_bufs[rank] + (u64)rearm * buffer_bytes;
+#pragma unroll
+    for (int p = 0; p < SLOTS; ++p)
+        if ((u32)p < world && (u32)p != rank) lamport_rearm(stale + (u64)p * a.slot_bytes, used_packs, first, stride);
+
+
+    // 3. Receive: the same thread handles the same packs as in step 1.
     const char* mine = (const char*)a.push_bufs[rank] + (u64)phase * buffer_bytes;
     bool ok = true;
     for (u64 base = first; ok && base < packs; base += step) {
@@ -127,13 +138,6 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
             }
         }
     }
-
-    // 3. Re-arm the peer slots of the previous call's buffer, as far as it used them.
-    const u64 used_packs = (u64)state.used_bytes(rearm) / 16u;
-    char* stale = (char*)a.push_bufs[rank] + (u64)rearm * buffer_bytes;
-#pragma unroll
-    for (int p = 0; p < SLOTS; ++p)
-        if ((u32)p < world && (u32)p != rank) lamport_rearm(stale + (u64)p * a.slot_bytes, used_packs, first, stride);
 
 }
 
