@@ -103,12 +103,15 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        // Work that may still use the buffer was synchronised by its owner (the
-        // world's registration); synchronising the context again is cheap and
-        // keeps a free from racing a kernel if that ever changes.
+        // No `cuCtxSynchronize` here: it waits for every stream of the context
+        // (NCCL's, the engine's) without a bound, and a kernel still waiting for
+        // a lost peer would hold the drop forever (kernels/GPU.md, "Bounded
+        // waits"). The owner ends the work that uses the buffer first: the
+        // world's registration drains every stream against a deadline and leaks
+        // the buffer instead when one does not drain.
         if self.ctx.bind_to_thread().is_ok() {
-            let _ = self.ctx.synchronize();
-            // SAFETY: allocated by `alloc` in this context; nothing uses it now.
+            // SAFETY: allocated by `alloc` in this context; its owner made sure
+            // no work uses it any more.
             let _ = unsafe { ffi::mem_free(self.ptr) };
         }
     }

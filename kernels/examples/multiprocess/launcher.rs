@@ -356,6 +356,7 @@ fn judge_kill(
     // The device wait, plus process teardown and time-slicing on a shared GPU.
     let bound = timeout + Duration::from_secs(20);
     let mut slowest = Duration::ZERO;
+    let mut slowest_report = Duration::ZERO;
     for (rank, exit) in exits.iter().enumerate() {
         if rank == killed {
             continue;
@@ -380,12 +381,21 @@ fn judge_kill(
             ));
         }
         slowest = slowest.max(took);
+        // When the error was printed, apart from the exit: the difference is
+        // teardown (the worker's `+…s` lines break it down).
+        if let Some(line) = lines
+            .iter()
+            .find(|l| l.rank == rank && l.text.starts_with("ERROR "))
+        {
+            slowest_report = slowest_report.max(line.at.saturating_duration_since(left_at));
+        }
     }
     Ok(format!(
         "expected outcome: rank {killed} left ({:?}); every survivor reported Error::Timeout and \
-         exited within {:.2}s",
+         exited within {:.2}s (error reported within {:.2}s)",
         cli.kill_mode,
-        slowest.as_secs_f64()
+        slowest.as_secs_f64(),
+        slowest_report.as_secs_f64()
     ))
 }
 

@@ -10,8 +10,9 @@
 //!     [--gpus auto|shared|one-per-gpu] [--join auto|nccl|files]
 //!     [--matrix] [--kill-rank 1 [--kill-mode exit|stall] [--kill-after N]]
 //!     [--mismatch dtype] [--timeout-ms MS] [--drain-timeout-ms MS] [--deadline-s S]
+//!     [--exit-bound-ms 1000]
 //!     [--soak [--soak-replays 100000] [--check-every 10000] [--sync-every 500]
-//!      [--near-wrap [--wrap-margin 5000]]]
+//!      [--in-flight 8] [--near-wrap [--wrap-margin 5000]]]
 //! ```
 //!
 //! - `--gpus shared` puts every rank on GPU 0 (processes sharing a GPU, joined
@@ -36,6 +37,10 @@
 //!   sequence counter `--wrap-margin` (5 000) below its wrap point so that the
 //!   replays cross it.
 //!
+//! - Workers print `+12.345s …` progress lines on the error path and end
+//!   themselves when a step outlives its bound, or when teardown after an
+//!   error takes more than `--exit-bound-ms` (`watch.rs`).
+//!
 //! Exit status: 0 when everything matched (or the requested failure happened as
 //! expected), non-zero otherwise. Workers exit with [`code::TIMEOUT`] after a
 //! timeout and [`code::MISMATCH`] when the world refused to form.
@@ -43,6 +48,7 @@
 mod launcher;
 mod matrix;
 mod soak;
+mod watch;
 mod worker;
 
 use std::process::ExitCode;
@@ -164,6 +170,15 @@ pub struct Cli {
     /// of replays makes every counter cross the wrap.
     #[arg(long, default_value_t = 5_000)]
     pub wrap_margin: u64,
+    /// Graph replays the soak keeps queued: before each launch it waits
+    /// (bounded) for the replay this many launches back. A launch into a full
+    /// stream queue blocks in the driver without a bound.
+    #[arg(long, default_value_t = 8)]
+    pub in_flight: usize,
+    /// After a worker reported an error, how long it may take to tear down
+    /// and exit before its watchdog ends it with `_exit` (see `watch.rs`).
+    #[arg(long, default_value_t = 1000)]
+    pub exit_bound_ms: u64,
     /// Bound on the whole run, in seconds; the launcher kills what is left.
     #[arg(long, default_value_t = 300)]
     pub deadline_s: u64,

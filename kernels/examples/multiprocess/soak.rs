@@ -5,9 +5,14 @@
 //! 2 MiB and all-gathers, as the policy picks them in graph mode) plus one call
 //! forced to each algorithm the policy did not pick, NCCL included, so that
 //! every algorithm runs in every replay. Replays are the only host work in the
-//! loop (`CudaGraph::launch`); every `--sync-every` replays the rank calls
-//! `check()`, which bounds how much work is queued (a launch never blocks on a
-//! full queue) and turns a device-side timeout into an error promptly.
+//! loop besides an event recorded after each: at most `--in-flight` replays
+//! are queued, the oldest waited for (`RankComm::wait_for`, bounded) before the
+//! next launch. A launch into a full stream queue blocks in the driver with no
+//! bound, and an NCCL kernel waiting for a lost peer never frees the queue: a
+//! survivor that queued hundreds of replays between two checks hung in
+//! `CudaGraph::launch` (issue 9's graph-replay kill). Every `--sync-every`
+//! replays the rank calls `check()`, which reads the device's fault words and
+//! turns a device-side timeout into an error promptly.
 //!
 //! Every `--check-every` replays is a window: before it, new inputs are written
 //! into the captured input buffers and the outputs are poisoned; after it, each
@@ -20,13 +25,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaEvent, CudaSlice};
 use kernels::timing::poison;
 use kernels::validation::{check_all_gather, check_all_reduce, random_inputs};
 use kernels::{Algo, Collective, Element, Mode, RankComm, Select};
 
 use crate::worker::{Failure, exact, hash_of, leave};
-use crate::{Cli, code};
+use crate::{Cli, code, watch};
 
 /// One collective of the captured graph.
 struct Call {
@@ -184,12 +189,99 @@ pub fn run<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
     }
     let algos: Vec<String> = algos.iter().map(|(a, n)| format!("{a}:{n}")).collect();
     println!(
-        "SOAK rank={rank} calls={} algos={} replays={total} check_every={window} sync_every={sync}",
+        "SOAK rank={rank} calls={} algos={} replays={total} check_every={window} sync_every={sync} \
+         in_flight={}",
         calls.len(),
-        algos.join(",")
+        algos.join(","),
+        cli.in_flight.max(1)
     );
 
+    let replayed = replay(comm, cli, &stream, &graph, &calls, &mut buffers, &ran);
+    if replayed.is_err() {
+        watch::note("dropping the graph and the buffers");
+        watch::busy("dropping the graph and the buffers");
+    }
+    // The graph refers to NCCL's communicator: release it first, so that
+    // NCCL's teardown does not wait for it. Neither drop waits for the stream:
+    // the graph is freed once its replays end, the buffers are freed in
+    // stream order (`cuMemFreeAsync`), and the queue has room for both.
+    drop(graph);
+    drop(buffers);
+    let Replayed {
+        done,
+        windows,
+        failures,
+        first_failure,
+        replay_time,
+    } = replayed?;
+    println!(
+        "SUMMARY rank={rank} world={world} replays={done} windows={windows} failures={failures} \
+         seconds={:.3} replays_per_s={:.1} wall_s={:.3} algos={}",
+        replay_time.as_secs_f64(),
+        done as f64 / replay_time.as_secs_f64().max(1e-9),
+        wall.elapsed().as_secs_f64(),
+        algos.join(",")
+    );
+    if let Some(first) = first_failure {
+        println!("rank {rank}: first failure: {first}");
+        return Ok(code::WRONG);
+    }
+    Ok(code::OK)
+}
+
+/// What the replays found.
+struct Replayed {
+    done: usize,
+    windows: usize,
+    failures: usize,
+    first_failure: Option<String>,
+    replay_time: Duration,
+}
+
+/// A failure at replay `at`, reported at once (the `ERROR` line, then the
+/// exit watchdog), before anything is dropped.
+fn failed_at(at: usize, e: kernels::Error) -> Failure {
+    let failure = Failure {
+        message: format!("replay {at}: {e}"),
+        ..Failure::from(e)
+    };
+    watch::report(&failure);
+    failure
+}
+
+/// A CUDA driver error at replay `at`, reported at once.
+fn driver_failed_at(at: usize, what: &str, e: cudarc::driver::DriverError) -> Failure {
+    let failure = Failure {
+        code: code::ERROR,
+        message: format!("replay {at}: {what}: CUDA driver: {e:?}"),
+    };
+    watch::report(&failure);
+    failure
+}
+
+/// Replays the graph in windows, checking each against the host reference.
+fn replay<T: Element>(
+    comm: &mut RankComm,
+    cli: &Cli,
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    graph: &cudarc::driver::CudaGraph,
+    calls: &[Call],
+    buffers: &mut [Buffers<T>],
+    ran: &[Algo],
+) -> Result<Replayed, Failure> {
+    let (rank, world) = (comm.rank(), comm.world_size());
+    let total = cli.soak_replays;
+    let window = cli.check_every.clamp(1, total.max(1));
+    let sync = cli.sync_every.clamp(1, window);
     let kill_at = cli.kill_after.unwrap_or(total / 2);
+    // One event per queued replay, reused round the ring: slot r % depth
+    // marks the end of replay r, and replay r + depth is launched only once
+    // it has completed. A slot never recorded counts as complete.
+    let depth = cli.in_flight.max(1);
+    let ctx = stream.context();
+    let ring: Vec<CudaEvent> = (0..depth)
+        .map(|_| ctx.new_event(None))
+        .collect::<Result<_, _>>()?;
     let mut failures = 0usize;
     let mut first_failure = None;
     let mut replay_time = Duration::ZERO;
@@ -199,37 +291,47 @@ pub fn run<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
         let this_window = window.min(total - done);
         // New inputs for this window (in place: the graph holds the
         // addresses), poisoned outputs so that an unwritten element shows.
+        watch::busy("writing a window's inputs");
         let mut inputs = Vec::with_capacity(calls.len());
         for (k, (call, b)) in calls.iter().zip(buffers.iter_mut()).enumerate() {
             let all = random_inputs::<T>(world, call.n, seed_of(windows, k));
             stream.memcpy_htod(&all[rank], &mut b.input)?;
-            poison(&stream, &mut b.output)?;
+            poison(stream, &mut b.output)?;
             inputs.push(all);
         }
-        comm.check()?;
+        watch::busy("check before a window");
+        comm.check().map_err(|e| failed_at(done, e))?;
 
         let start = Instant::now();
         for i in 0..this_window {
-            if cli.kill_rank == Some(rank) && done + i == kill_at {
-                leave(rank, done + i, cli.kill_mode);
+            let r = done + i;
+            if cli.kill_rank == Some(rank) && r == kill_at {
+                leave(rank, r, cli.kill_mode);
             }
-            graph.launch()?;
+            let slot = &ring[r % depth];
+            watch::busy("waiting for the replay `--in-flight` before");
+            comm.wait_for(slot).map_err(|e| failed_at(r, e))?;
+            watch::busy("CudaGraph::launch");
+            graph
+                .launch()
+                .map_err(|e| driver_failed_at(r, "launching the graph", e))?;
+            watch::busy("recording a replay's event");
+            slot.record(stream)
+                .map_err(|e| driver_failed_at(r, "recording a replay's event", e))?;
             if (i + 1) % sync == 0 {
-                comm.check().map_err(|e| Failure {
-                    message: format!("replay {}: {e}", done + i),
-                    ..Failure::from(e)
-                })?;
+                watch::busy("check every --sync-every replays");
+                comm.check().map_err(|e| failed_at(r, e))?;
             }
         }
-        comm.check().map_err(|e| Failure {
-            message: format!("replay {}: {e}", done + this_window),
-            ..Failure::from(e)
-        })?;
+        watch::busy("check at the end of a window");
+        comm.check().map_err(|e| failed_at(done + this_window, e))?;
         replay_time += start.elapsed();
         done += this_window;
 
-        for (k, ((call, b), algo)) in calls.iter().zip(&buffers).zip(&ran).enumerate() {
+        for (k, ((call, b), algo)) in calls.iter().zip(buffers.iter()).zip(ran).enumerate() {
+            watch::busy("reading a window's outputs");
             let result = stream.clone_dtoh(&b.output)?;
+            watch::idle("checking a window against the host reference");
             let pushed = *algo == Algo::OneShotPush;
             let verdict = match call.collective {
                 Collective::AllReduce => check_all_reduce(&inputs[k], &result, pushed),
@@ -260,20 +362,12 @@ pub fn run<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
             done as f64 / replay_time.as_secs_f64().max(1e-9)
         );
     }
-    // The graph refers to NCCL's communicator: release it first, so that
-    // NCCL's teardown does not wait for it.
-    drop(graph);
-    println!(
-        "SUMMARY rank={rank} world={world} replays={done} windows={windows} failures={failures} \
-         seconds={:.3} replays_per_s={:.1} wall_s={:.3} algos={}",
-        replay_time.as_secs_f64(),
-        done as f64 / replay_time.as_secs_f64().max(1e-9),
-        wall.elapsed().as_secs_f64(),
-        algos.join(",")
-    );
-    if let Some(first) = first_failure {
-        println!("rank {rank}: first failure: {first}");
-        return Ok(code::WRONG);
-    }
-    Ok(code::OK)
+    watch::idle("soak done");
+    Ok(Replayed {
+        done,
+        windows,
+        failures,
+        first_failure,
+        replay_time,
+    })
 }

@@ -18,7 +18,7 @@ use kernels::{
     ProcessSpec, RankComm, Rendezvous, Select, World,
 };
 
-use crate::{Cli, KillMode, Mismatch, code, env};
+use crate::{Cli, KillMode, Mismatch, code, env, watch};
 
 /// Why a worker stops, and the exit code that says so.
 pub struct Failure {
@@ -88,45 +88,72 @@ pub fn run(cli: &Cli) -> u8 {
             return f.code;
         }
     };
-    let outcome = form(cli, &place).and_then(|mut comm| {
-        println!(
-            "JOINED rank={} world={} gpu={} link={:?} fallback={:?} blocks={} pid={}",
-            place.rank,
-            place.world,
-            place.device,
-            comm.link(),
-            comm.fallback_kind(),
-            comm.launch_shape().max_blocks,
-            std::process::id()
-        );
-        if cli.matrix {
-            crate::matrix::run(&mut comm, cli)
-        } else if cli.soak {
-            match dtype_of(cli)? {
-                DType::Bf16 => crate::soak::run::<bf16>(&mut comm, cli),
-                DType::F16 => crate::soak::run::<f16>(&mut comm, cli),
-                DType::F32 => crate::soak::run::<f32>(&mut comm, cli),
-            }
-        } else {
-            match dtype_of(cli)? {
-                DType::Bf16 => decode_loop::<bf16>(&mut comm, cli),
-                DType::F16 => decode_loop::<f16>(&mut comm, cli),
-                DType::F32 => decode_loop::<f32>(&mut comm, cli),
-            }
+    let options = options_of(cli);
+    // A watched step waits at most for a drain (`drain_timeout`) behind kernels
+    // that each give up after `timeout`; anything far past that has no bound.
+    let stuck = options.drain_timeout + options.timeout * 2 + Duration::from_secs(5);
+    watch::init(place.rank, stuck, Duration::from_millis(cli.exit_bound_ms));
+    watch::idle("forming the world");
+    let mut comm = match form(cli, &place) {
+        Ok(comm) => comm,
+        Err(f) => {
+            watch::report(&f);
+            watch::note("exiting");
+            watch::idle("process exit");
+            return f.code;
         }
-    });
-    match outcome {
+    };
+    println!(
+        "JOINED rank={} world={} gpu={} link={:?} fallback={:?} blocks={} pid={}",
+        place.rank,
+        place.world,
+        place.device,
+        comm.link(),
+        comm.fallback_kind(),
+        comm.launch_shape().max_blocks,
+        std::process::id()
+    );
+    let outcome = if cli.matrix {
+        watch::idle("the matrix");
+        crate::matrix::run(&mut comm, cli)
+    } else if cli.soak {
+        match dtype_of(cli) {
+            Ok(DType::Bf16) => crate::soak::run::<bf16>(&mut comm, cli),
+            Ok(DType::F16) => crate::soak::run::<f16>(&mut comm, cli),
+            Ok(DType::F32) => crate::soak::run::<f32>(&mut comm, cli),
+            Err(f) => Err(f),
+        }
+    } else {
+        match dtype_of(cli) {
+            Ok(DType::Bf16) => decode_loop::<bf16>(&mut comm, cli),
+            Ok(DType::F16) => decode_loop::<f16>(&mut comm, cli),
+            Ok(DType::F32) => decode_loop::<f32>(&mut comm, cli),
+            Err(f) => Err(f),
+        }
+    };
+    // The error is reported before anything is dropped (the soak and the
+    // decode loop report where they see it), so that a teardown that takes
+    // long cannot hide it, and the exit watchdog bounds what follows.
+    let code = match outcome {
         Ok(code) => code,
         Err(f) => {
-            let kind = match f.code {
-                code::TIMEOUT => "timeout",
-                code::MISMATCH => "mismatch",
-                _ => "error",
-            };
-            println!("ERROR rank={} kind={kind} {}", place.rank, f.message);
+            watch::report(&f);
             f.code
         }
+    };
+    let failed = watch::reported();
+    if failed {
+        watch::note("dropping the communicator");
     }
+    // A healthy drop is bounded by the library (drain, goodbye, NCCL
+    // finalisation: a minute or more), not by this watchdog.
+    watch::idle("dropping the communicator");
+    drop(comm);
+    if failed {
+        watch::note("dropped; exiting");
+    }
+    watch::idle("process exit");
+    code
 }
 
 pub fn dtype_of(cli: &Cli) -> Result<DType, Failure> {
@@ -224,6 +251,8 @@ pub fn selection(cli: &Cli, mode: Mode) -> Result<Select, Failure> {
 
 /// Leaves the world on purpose before call `call` (the killed-peer test).
 pub fn leave(rank: usize, call: usize, mode: KillMode) -> ! {
+    // Stalling is the point here: not a step the watchdog should end.
+    watch::idle("left the world on purpose");
     println!("LEFT rank={rank} before_call={call} mode={mode:?}");
     let _ = std::io::stdout().flush();
     match mode {
@@ -271,20 +300,37 @@ fn decode_loop<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure
             leave(rank, call, cli.kill_mode);
         }
         let n = HIDDEN[call % HIDDEN.len()] * BATCH[(call / HIDDEN.len()) % BATCH.len()];
+        watch::busy("writing a call's input");
         let inputs = random_inputs::<T>(world, n, call as u64);
         let input = stream.clone_htod(&inputs[rank])?;
         let mut output = stream.alloc_zeros::<T>(n)?;
         poison(&stream, &mut output)?;
         let start = Instant::now();
+        // The first call may set up NCCL's connections (bounded by the join
+        // timeout, a minute): not a step for the watchdog's short bound.
+        if call == 0 {
+            watch::idle("the first all_reduce");
+        } else {
+            watch::busy("all_reduce");
+        }
         let ran = comm
             .all_reduce(&input.as_view(), &mut output.as_view_mut(), how)
-            .and_then(|ran| comm.check().map(|()| ran))
-            .map_err(|e| Failure {
-                message: format!("call {call}: {e}"),
-                ..Failure::from(e)
+            .and_then(|ran| {
+                watch::busy("check after a call");
+                comm.check().map(|()| ran)
+            })
+            .map_err(|e| {
+                let failure = Failure {
+                    message: format!("call {call}: {e}"),
+                    ..Failure::from(e)
+                };
+                watch::report(&failure);
+                failure
             })?;
         busy += start.elapsed();
+        watch::busy("reading a call's output");
         let result = stream.clone_dtoh(&output)?;
+        watch::idle("checking against the host reference");
         if let Err(e) = check_all_reduce(&inputs, &result, ran == Algo::OneShotPush) {
             wrong += 1;
             first_wrong.get_or_insert(format!("call {call} ({}): {e}", ran.name()));

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cudarc::driver::{CudaGraph, CudaStream, sys};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaStream, sys};
 
 use super::options::{Fallback, Options};
 use super::process::Membership;
 use super::registration::Registration;
 use crate::algorithms::CollArgs;
-use crate::drain::drain_within;
+use crate::drain::{drain_within, wait_within};
 use crate::error::{DriverContext, Error, Result};
 use crate::module::KernelSet;
 use crate::nccl::{Ended, NcclComm};
@@ -139,12 +139,42 @@ impl RankComm {
         Ok(())
     }
 
+    /// Waits (bounded by `Options::drain_timeout`, ended early by an NCCL
+    /// asynchronous error) until `event`, recorded on this rank's stream, has
+    /// completed: what a pipeline of graph replays uses to keep only a few
+    /// replays queued without draining the stream. Unlike [`check`](Self::check)
+    /// it does not read the device's fault words (a cheap wait per replay); a
+    /// later `check()` does. An error breaks the world, as `check()`'s do.
+    ///
+    /// A pipeline needs it because a launch into a full stream queue blocks in
+    /// the driver with no bound: when a kernel waits for a lost peer forever
+    /// (an NCCL kernel does), hundreds of queued replays fill the queue and
+    /// the next launch never returns, long before the next `check()`.
+    pub fn wait_for(&self, event: &CudaEvent) -> Result<()> {
+        let outcome = self.wait_bounded(Some(event));
+        if outcome.is_err() {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+        outcome
+    }
+
     /// Waits for the stream with a deadline instead of blocking in the driver,
     /// so a hang the kernels cannot bound still ends in an error. NCCL's
     /// asynchronous errors (a failed peer) end the wait early.
     fn drain(&self) -> Result<()> {
+        self.wait_bounded(None)
+    }
+
+    /// `event`'s completion, or (`None`) everything issued so far, bounded by
+    /// `Options::drain_timeout`.
+    fn wait_bounded(&self, event: Option<&CudaEvent>) -> Result<()> {
         let poll = || self.nccl.as_ref().map_or(Ok(()), |n| n.async_error());
-        if drain_within(&self.stream, self.options.drain_timeout, poll)? {
+        let limit = self.options.drain_timeout;
+        let done = match event {
+            Some(event) => wait_within(event, limit, poll)?,
+            None => drain_within(&self.stream, limit, poll)?,
+        };
+        if done {
             Ok(())
         } else {
             Err(Error::Timeout {
@@ -153,7 +183,7 @@ impl RankComm {
                 during: "waiting for the stream to drain (host side; NCCL or other work that \
                          never finished)"
                     .into(),
-                timeout: self.options.drain_timeout,
+                timeout: limit,
             })
         }
     }

@@ -7,10 +7,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::algorithms::CollArgs;
+use crate::drain::drain_within;
 use crate::error::{DriverContext, Result};
 use crate::ipc::{IpcHandle, PeerMapping};
 use crate::memory::DeviceBuffer;
@@ -211,11 +213,28 @@ impl Registration {
     }
 }
 
+/// Bound on the last wait before the registered memory is freed. Every rank's
+/// drop has already drained its stream (or wedged the registration), so this
+/// normally returns at once; it guards against work queued since.
+const FREE_BOUND: Duration = Duration::from_secs(5);
+
 impl Drop for Registration {
     fn drop(&mut self) {
-        if self.wedged.load(Ordering::Relaxed) {
-            // Some stream never drained: synchronising or freeing would wait for
-            // it forever. Give the memory up; the process exits soon after.
+        // Peers' kernels read and write these buffers: every rank's work must
+        // end before any of them is freed (a world of processes also said
+        // goodbye). `cuStreamSynchronize` would wait without a bound, so the
+        // streams are polled against a deadline; one that does not drain makes
+        // this a wedged registration.
+        let drained = !self.wedged.load(Ordering::Relaxed)
+            && self
+                .streams
+                .iter()
+                .all(|stream| matches!(drain_within(stream, FREE_BOUND, || Ok(())), Ok(true)));
+        if !drained {
+            // Some stream never drained: freeing (or closing a mapping) could
+            // wait for it forever or pull memory from under a running kernel.
+            // Give the memory up; it returns to the driver when the process
+            // exits.
             for slot in self.slots.drain(..) {
                 match slot {
                     Slot::Owned(m) => m.leak(),
@@ -223,12 +242,6 @@ impl Drop for Registration {
                     Slot::Absent => {}
                 }
             }
-            return;
-        }
-        // Peers' kernels read and write these buffers: let every rank's work end
-        // before any of them is freed (a world of processes also said goodbye).
-        for stream in &self.streams {
-            let _ = stream.synchronize();
         }
     }
 }
