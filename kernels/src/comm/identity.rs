@@ -106,10 +106,11 @@ pub(crate) fn hello(
         .with("sms", me.sms)
 }
 
-/// A hash of every published and tuned table (`policy::PLATFORMS`): ranks built
-/// from different `tuned/` files would pick different algorithms for one call.
+/// A hash of every table the process selects with (`policy::tables_in_use()`:
+/// policy's own, or the engine's it handed over): ranks built from different
+/// `tuned/` folders would pick different algorithms for one call.
 pub(crate) fn policy_fingerprint() -> u64 {
-    fnv1a(format!("{:?}", policy::PLATFORMS).as_bytes())
+    fnv1a(format!("{:?}", policy::tables_in_use().platforms()).as_bytes())
 }
 
 /// Checks the gathered `hello` blobs from rank `rank`'s side.

@@ -28,7 +28,9 @@ pub struct Options {
     pub log_declines: bool,
     /// A world of processes ([`World::process`](super::World::process)): bound on
     /// each step of forming the world (NCCL init, every rendezvous round) and on
-    /// the goodbye when a rank is dropped. A peer that never joins ends in
+    /// the goodbye when a rank is dropped. In every world it also bounds a
+    /// collective that NCCL answers with "in progress" (still connecting to its
+    /// peers). A peer that never joins ends in
     /// [`Error::Timeout`](crate::Error::Timeout) after it. Default 60 s: processes
     /// start at different times and each compiles the kernels.
     pub join_timeout: Duration,

@@ -155,9 +155,14 @@ impl World {
             .collect::<Result<Vec<_>>>()?;
         let registration = Registration::new(&contexts, &streams, plan, options.sequence_start)?;
         let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();
+        // A collective NCCL answers with "in progress" (still connecting) is
+        // bounded like the joining of a world of processes.
         let nccl = NcclComm::init_all(&ordinals)?
             .into_iter()
-            .map(Some)
+            .map(|mut comm| {
+                comm.set_call_bound(options.join_timeout);
+                Some(comm)
+            })
             .collect();
         let shared = Arc::new(WorldShared {
             registration,
