@@ -307,11 +307,14 @@ fn verify_typed<T: Element>(
         ))
     };
     let ran = results[0].0;
+    let real_nccl = ran == Algo::Nccl && fallback == Fallback::Nccl && world > 1;
     let check = |rank: usize| {
         let output = &results[rank].1;
         let pushed = ran == Algo::OneShotPush;
         match collective {
-            Collective::AllReduce => validation::check_all_reduce(&inputs, output, pushed),
+            Collective::AllReduce => {
+                validation::check_all_reduce_of(ran, real_nccl, &inputs, output)
+            }
             Collective::AllGather => validation::check_all_gather(&inputs, output, pushed),
         }
         .map_err(|problem| describe(rank, ran, problem))
@@ -321,7 +324,7 @@ fn verify_typed<T: Element>(
     }
     // Multi-GPU NCCL does not promise identical bits on every rank: check each.
     // Everything else must be bitwise identical, so checking rank 0 suffices.
-    if ran == Algo::Nccl && fallback == Fallback::Nccl && world > 1 {
+    if real_nccl {
         (0..world).try_for_each(check)?;
     } else {
         let outputs: Vec<&[T]> = results.iter().map(|(_, out)| out.as_slice()).collect();

@@ -11,7 +11,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaContext, CudaGraph, CudaSlice, CudaStream, DevicePtrMut};
 use kernels::concurrent::for_each_rank;
 use kernels::timing::poison;
-use kernels::validation::{check_all_gather, check_all_reduce, check_identical, random_inputs};
+use kernels::validation::{check_all_gather, check_all_reduce_of, check_identical, random_inputs};
 use kernels::{Algo, Collective, Element, Fallback, RankComm, Select};
 
 pub const NEEDS_GPU: &str = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine";
@@ -193,17 +193,18 @@ pub fn check_results<T: Element>(
         ));
     }
     let pushed = ran == Algo::OneShotPush;
+    // Multi-GPU NCCL does not promise identical bits on every rank (check each)
+    // nor a single rounding (see check_nccl_all_reduce). Everything else must be
+    // bitwise identical, so checking rank 0 suffices.
+    let real_nccl =
+        ran == Algo::Nccl && ranks[0].fallback_kind() == Fallback::Nccl && ranks.len() > 1;
     let check = |r: usize| {
         match collective {
             Collective::AllGather => check_all_gather(inputs, &states[r].result, pushed),
-            Collective::AllReduce => check_all_reduce(inputs, &states[r].result, pushed),
+            Collective::AllReduce => check_all_reduce_of(ran, real_nccl, inputs, &states[r].result),
         }
         .map_err(|e| format!("rank {r} ({}): {e}", ran.name()))
     };
-    // Multi-GPU NCCL does not promise identical bits on every rank: check each.
-    // Everything else must be bitwise identical, so checking rank 0 suffices.
-    let real_nccl =
-        ran == Algo::Nccl && ranks[0].fallback_kind() == Fallback::Nccl && ranks.len() > 1;
     if real_nccl {
         (0..states.len()).try_for_each(check)?;
     } else {
