@@ -221,6 +221,34 @@ impl std::fmt::Display for EvidenceError {
 impl std::error::Error for EvidenceError {}
 
 impl Evidence {
+    /// Every (key, algorithm) with points that failed their check or could not
+    /// run, in key order. Such points have no samples, so the fit leaves that
+    /// algorithm out at those sizes: where it is NCCL, the baseline, the bands
+    /// there were never compared with it.
+    pub fn failed_checks(&self) -> Vec<FailedChecks> {
+        let mut out: Vec<FailedChecks> = Vec::new();
+        for key in &self.keys {
+            for point in &key.points {
+                let Some(error) = &point.error else { continue };
+                let key_text = key_name(&key.key());
+                match out
+                    .iter_mut()
+                    .find(|f| f.key == key_text && f.algo == point.algo)
+                {
+                    Some(group) => group.sizes += 1,
+                    None => out.push(FailedChecks {
+                        key: key_text,
+                        algo: point.algo,
+                        sizes: 1,
+                        first_bytes: point.bytes,
+                        first_error: error.clone(),
+                    }),
+                }
+            }
+        }
+        out
+    }
+
     /// The canonical text: pretty JSON with one point per line, so a review
     /// diff shows which points changed. Deterministic for equal values.
     pub fn to_json(&self) -> String {
@@ -309,6 +337,39 @@ impl Evidence {
     }
 }
 
+/// Points of one algorithm in one key that failed their check (see
+/// [`Evidence::failed_checks`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FailedChecks {
+    pub key: String,
+    pub algo: Algo,
+    /// How many sizes failed.
+    pub sizes: usize,
+    /// The smallest of them, and why it failed.
+    pub first_bytes: u64,
+    pub first_error: String,
+}
+
+impl FailedChecks {
+    /// One warning line for a person reviewing the table.
+    pub fn warning(&self) -> String {
+        let consequence = if self.algo == Algo::Nccl {
+            "NCCL is the baseline: the bands at those sizes were never compared with it; \
+             find out why before committing this table"
+        } else {
+            "left out of the fit at those sizes"
+        };
+        let first_error: String = self.first_error.chars().take(160).collect();
+        format!(
+            "warning: {} {} failed its check at {} size(s), first at {} bytes ({first_error}); {consequence}",
+            self.key,
+            self.algo.name(),
+            self.sizes,
+            self.first_bytes,
+        )
+    }
+}
+
 /// `all_reduce ws8 bf16 graph`: how keys are named in messages and reports.
 pub fn key_name(key: &TableKey) -> String {
     format!(
@@ -323,6 +384,40 @@ pub fn key_name(key: &TableKey) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_checks_are_grouped_and_nccl_is_called_the_baseline() {
+        let mut evidence = sample_evidence();
+        let nccl_failure = |bytes| PointEvidence {
+            bytes,
+            algo: Algo::Nccl,
+            origin: Origin::Grid,
+            verified: false,
+            error: Some("verification failed: 3 of 8 bf16 elements wrong".into()),
+            samples_us: vec![],
+        };
+        evidence.keys[0].points.push(nccl_failure(32));
+        evidence.keys[0].points.push(nccl_failure(64));
+        let failed = evidence.failed_checks();
+        assert_eq!(failed.len(), 2, "{failed:?}");
+        assert_eq!((failed[0].algo, failed[0].sizes), (Algo::OneShotPush, 1));
+        assert_eq!(
+            (failed[1].algo, failed[1].sizes, failed[1].first_bytes),
+            (Algo::Nccl, 2, 32)
+        );
+        let warning = failed[1].warning();
+        assert!(
+            warning.starts_with("warning: all_reduce ws8 bf16 graph nccl failed"),
+            "{warning}"
+        );
+        assert!(warning.contains("baseline"), "{warning}");
+        assert!(!failed[0].warning().contains("baseline"));
+        // Points that were not checked (above the verification limit) are no failure.
+        let mut clean = sample_evidence();
+        clean.keys[0].points.retain(|p| p.error.is_none());
+        clean.keys[0].points[0].verified = false;
+        assert!(clean.failed_checks().is_empty());
+    }
 
     pub(crate) fn sample_evidence() -> Evidence {
         Evidence {

@@ -106,7 +106,8 @@ impl SizeRegret {
 pub struct KeyRegret {
     pub key: TableKey,
     pub sizes: Vec<SizeRegret>,
-    /// Sizes where the chosen algorithm gave a wrong result: always a failure.
+    /// Sizes where an algorithm (the chosen one, or another candidate, which
+    /// then could not be judged against) gave a wrong result: always a failure.
     pub wrong_results: Vec<(u64, Algo, String)>,
     pub median_regret: f64,
     pub worst_regret: f64,
@@ -186,7 +187,7 @@ pub fn verify(
         let mut regrets = Vec::new();
         let mut wrong = Vec::new();
         for bytes in sizes {
-            match verify_size(backend, docs, key, bytes, settings, observer) {
+            match verify_size(backend, docs, key, bytes, settings, observer, &mut wrong) {
                 Ok(SizeOutcome::Regret(r)) => regrets.push(r),
                 Ok(SizeOutcome::WrongResult(algo, error)) => wrong.push((bytes, algo, error)),
                 Ok(SizeOutcome::NothingRan) => {}
@@ -215,6 +216,10 @@ enum SizeOutcome {
     NothingRan,
 }
 
+/// Measures one held-out size. A candidate other than the file's choice that
+/// gives a wrong result is added to `wrong` (the regret there is judged
+/// without it, so the key cannot pass: with NCCL, the baseline, left out, a
+/// table could look perfect against custom kernels alone).
 fn verify_size(
     backend: &mut dyn Backend,
     docs: &[Document],
@@ -222,9 +227,17 @@ fn verify_size(
     bytes: u64,
     settings: &VerifySettings,
     observer: &mut dyn Observer,
+    wrong: &mut Vec<(u64, Algo, String)>,
 ) -> Result<SizeOutcome, RunStatus> {
     let chosen = effective_choice(backend, docs, key, bytes);
     let mut column = measure_size(backend, key, bytes, settings, observer)?;
+    for (&algo, point) in &column {
+        if algo != chosen
+            && let Some(error) = &point.error
+        {
+            wrong.push((bytes, algo, error.clone()));
+        }
+    }
     if let Some(point) = column.get(&chosen).filter(|p| p.error.is_some()) {
         return Ok(SizeOutcome::WrongResult(
             chosen,
@@ -668,5 +681,24 @@ mod tests {
             report.render()
         );
         assert!(report.render().contains("FAIL"));
+    }
+
+    /// A table cannot pass when a candidate it did not choose gave wrong
+    /// results: with NCCL (the baseline) left out, the regret would be judged
+    /// against custom kernels alone (seen on 4 x H200 with a checker too strict
+    /// for NCCL's rounding).
+    #[test]
+    fn a_broken_baseline_fails_the_verdict() {
+        let (doc, settings) = fitted_document();
+        let mut config = SyntheticConfig::planted(0.02, 4);
+        config.broken = vec![(Collective::AllReduce, Algo::Nccl)];
+        let mut backend = SyntheticBackend::new(config);
+        let report = verify(&mut backend, &doc, &settings, &mut Quiet).unwrap();
+        assert!(!report.pass(), "{}", report.render());
+        assert!(
+            report.render().contains("nccl gave a wrong result"),
+            "{}",
+            report.render()
+        );
     }
 }

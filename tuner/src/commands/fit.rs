@@ -53,10 +53,17 @@ pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
             ))
         })?;
         write!(out, "{}", render(&doc))?;
+        // The TOML goes to standard output: warnings to standard error.
+        for failed in evidence.failed_checks() {
+            eprintln!("{}", failed.warning());
+        }
         return Ok(Exit::Ok);
     }
     let written = fit_and_write(&evidence, &args.evidence, &toml_path, &settings, false)?;
     write!(out, "{}", written.report)?;
+    for failed in evidence.failed_checks() {
+        writeln!(out, "{}", failed.warning())?;
+    }
     writeln!(out, "wrote {}", toml_path.display())?;
     Ok(Exit::Ok)
 }

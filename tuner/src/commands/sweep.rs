@@ -175,6 +175,9 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     let evidence_path = out_dir.join(evidence_file_name(arch, link));
     let written = fit_and_write(&evidence, &evidence_path, &toml_path, &fit_settings, true)?;
     write!(out, "{}", written.report)?;
+    for failed in evidence.failed_checks() {
+        writeln!(out, "{}", failed.warning())?;
+    }
     writeln!(
         out,
         "wrote {} and {} ({measured} points)",
