@@ -43,7 +43,30 @@ fn sm90_graph_and_eager_differ_where_sglang_says() {
     assert_eq!(at(Mode::Eager, 4, 512 * KIB), Algo::OneShotPush);
     assert_eq!(at(Mode::Graph, 8, 64 * MIB), Algo::Nccl);
     assert_eq!(at(Mode::Eager, 8, 64 * MIB), Algo::TwoShotPull);
-    assert_eq!(at(Mode::Graph, 2, 100 * MIB), Algo::OneShotPull);
+}
+
+/// World size 2 on sm90 is measured (2 x H200, NVLink): the store-based
+/// two-shot beats NCCL and one-shot pull up to its 128 MiB capacity, where the
+/// published SGLang table had one-shot pull.
+#[test]
+fn sm90_world_size_2_follows_the_measured_table() {
+    let at = |mode, bytes| select(query(AR, Arch::SM90, 2, DType::Bf16, mode, bytes));
+    assert_eq!(at(Mode::Graph, 4 * KIB), Algo::OneShotPush);
+    assert_eq!(at(Mode::Graph, 100 * MIB), Algo::TwoShotPull);
+    assert_eq!(at(Mode::Graph, 128 * MIB + 16), Algo::Nccl);
+    let table = policy::PLATFORMS
+        .iter()
+        .find(|p| p.arch == Arch::SM90)
+        .and_then(|p| {
+            p.tables.iter().find(|t| {
+                t.collective == AR
+                    && t.world_size == 2
+                    && t.dtype == DType::Bf16
+                    && t.mode == Mode::Graph
+            })
+        })
+        .expect("an sm90 world-size-2 table");
+    assert_eq!(table.source, "measured");
 }
 
 #[test]
