@@ -8,9 +8,10 @@
 //!   processes; [`peer`]: peer access and link detection; [`rendezvous`]:
 //!   exchanging bytes between the processes of a world (NCCL or files);
 //! - [`module`]: the CUDA sources (`kernels/cuda/*.cu`), compiled once per
-//!   process and architecture; [`protocol`]: pure host logic (buffer layout,
+//!   process, architecture and world size (`CT_WORLD`); [`protocol`]: pure host logic (buffer layout,
 //!   counters, decline rules, launch shapes), unit-tested on the CPU;
-//! - [`algorithms`]: one launch wrapper per algorithm; `nccl`: NCCL;
+//! - [`algorithms`]: the one launch of a collective kernel (its argument
+//!   block, one grid per rank); `nccl`: NCCL;
 //! - [`comm`]: [`World`] builds ranks (all ranks of a single-process world, or
 //!   this process's rank of a world of processes: [`World::process`]),
 //!   [`RankComm`] runs collectives;
