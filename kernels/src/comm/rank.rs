@@ -215,7 +215,7 @@ impl Drop for RankComm {
     /// Bounded, whatever state the world is in (kernels/GPU.md, "Bounded
     /// waits"): a healthy rank drains its stream (`Options::drain_timeout`),
     /// says goodbye (`Options::join_timeout`) and finalises NCCL
-    /// ([`TEARDOWN_BOUND`](crate::nccl::TEARDOWN_BOUND)); a broken one (or one
+    /// (`nccl::TEARDOWN_BOUND`, 10 s); a broken one (or one
     /// whose drain or goodbye failed) aborts NCCL at once, which ends NCCL
     /// kernels still waiting for a peer, and frees its memory only if the
     /// stream then drains within a short bound, else leaks it.

@@ -187,7 +187,7 @@ impl World {
     /// This process's rank of a world of processes (one process per GPU, or
     /// several processes sharing a GPU), on `stream`, which must belong to a
     /// primary context (`CudaContext::new`) as NCCL requires. Every process calls
-    /// this with its own rank and the same world size and [`Join`]; it returns
+    /// this with its own rank and the same world size and [`Join`](super::Join); it returns
     /// once every rank has joined (bounded by `Options::join_timeout`).
     ///
     /// Custom kernels run when every pair of ranks can map the other's memory

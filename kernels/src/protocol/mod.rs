@@ -43,7 +43,7 @@ pub const STAGING_HALVES: u64 = 2;
 /// uses), read when the block starts and rewritten by its thread 0 right away:
 /// no block ever waits for another block of its own kernel, and there is no
 /// end-of-kernel hand-over. This needs every kernel of a rank to launch the
-/// same grid (see [`super::grid::LaunchShape::grid`]): block b then sees every
+/// same grid (see [`LaunchShape::grid`](crate::protocol::grid::LaunchShape::grid)): block b then sees every
 /// call. The sequence counters and barrier flags are 64-bit, so they never wrap
 /// in practice: a per-block flag left behind by calls that gave its block no
 /// work cannot read as "arrived" after 2^31 calls, as 32-bit flags could.
