@@ -11,6 +11,7 @@
 //!   [`two_shot_half_bytes`]);
 //! - a control block of [`ctrl::BYTES`](super::ctrl::BYTES).
 
+use super::sequence::shard_packs;
 use super::{PACK_BYTES, PUSH_BUFFERS, STAGING_HALVES};
 use crate::vocab::{Algo, Capacity, Collective};
 
@@ -129,8 +130,7 @@ impl BufferPlan {
 /// (kernels/cuda/two_shot.cu).
 pub const fn two_shot_half_bytes(bytes: u64, world: usize) -> u64 {
     let w = if world == 0 { 1 } else { world as u64 };
-    let shard = (bytes / PACK_BYTES).div_ceil(w);
-    2 * w * shard * PACK_BYTES
+    2 * w * shard_packs(bytes / PACK_BYTES, w) * PACK_BYTES
 }
 
 /// Rounds down to whole 16-byte packs.
