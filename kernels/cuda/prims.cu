@@ -35,6 +35,26 @@ struct World {
 constexpr int kWorld = CT_WORLD;
 
 // ---------------------------------------------------------------------------
+// Programmatic dependent launch
+// ---------------------------------------------------------------------------
+
+// The first statement of every kernel. The host may launch a kernel with
+// programmatic dependent launch (sm_90+, Options::programmatic_launch): it is
+// then scheduled while the kernel before it in the stream is still finishing,
+// and griddepcontrol.wait holds it until that kernel has completed and its
+// memory operations are visible. So nothing may touch memory before the wait:
+// not the input (the previous kernel may be what writes it), not a peer's or
+// this rank's control block. launch_dependents then lets the next kernel's
+// blocks be scheduled as this kernel's blocks exit (they wait the same way).
+// Both are no-ops for a kernel launched without the attribute.
+__device__ __forceinline__ void dependent_launch_prologue() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// ---------------------------------------------------------------------------
 // Call state
 // ---------------------------------------------------------------------------
 
@@ -134,10 +154,11 @@ __device__ __forceinline__ void lamport_push(char* dst, const Pack& v) { st_pack
 // Polls `src` until no 32-bit word of `v` is the sentinel. `v` holds the first
 // read already (issued with the other packs of the step, so they were all in
 // flight together). False after reporting a timeout.
-__device__ __forceinline__ bool lamport_wait(Pack& v, const char* src, Deadline& deadline, u32* ctrl, u32 peer) {
+__device__ __forceinline__ bool lamport_wait(Pack& v, const char* src, Deadline& deadline, u32* ctrl, u32 peer,
+                                             u32 kernel = CT_KERNEL_PUSH) {
     while (has_sentinel(v)) {
         if (deadline.expired()) {
-            report_timeout(ctrl, CT_KERNEL_PUSH, CT_PHASE_DATA, peer);
+            report_timeout(ctrl, kernel, CT_PHASE_DATA, peer);
             return false;
         }
         v = ld_pack_sys(src);

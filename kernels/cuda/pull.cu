@@ -32,6 +32,7 @@
 
 template <int W, typename E, bool REDUCE>
 __device__ __forceinline__ void pull_collective(const CollArgs& a) {
+    dependent_launch_prologue();
     const int SLOTS = World<W>::SLOTS;
     const int UNROLL = World<W>::UNROLL;
     u32* ctrl = ctrl_of(a, a.rank);
@@ -114,6 +115,7 @@ __device__ __forceinline__ u32 ld_stage_bits(const u32* p) { return ld_u32_sys(p
 
 template <typename E, bool REDUCE>
 __device__ __forceinline__ void reference_collective(const CollArgs& a) {
+    dependent_launch_prologue();
     typedef typename E::Bits Bits;
     const u64 unit = sizeof(Bits);
     u32* ctrl = ctrl_of(a, a.rank);

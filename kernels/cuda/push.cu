@@ -33,6 +33,7 @@
 
 template <int W, typename E, bool REDUCE>
 __device__ __forceinline__ void push_collective(const CollArgs& a) {
+    dependent_launch_prologue();
     const int SLOTS = World<W>::SLOTS;
     const int UNROLL = World<W>::UNROLL;
     u32* ctrl = ctrl_of(a, a.rank);

@@ -57,12 +57,33 @@ pub fn world_specialisations() -> Vec<u32> {
         .collect()
 }
 
+/// Extra `#define`s for A/B experiments with kernel variants, from the
+/// environment variable `KERNELS_NVRTC_DEFINES` (`NAME` or `NAME=VALUE`,
+/// whitespace-separated; the sources name their experiment switches
+/// `CT_EXP_*`). Empty in normal use.
+pub fn experiment_defines() -> Vec<(String, String)> {
+    parse_defines(&std::env::var("KERNELS_NVRTC_DEFINES").unwrap_or_default())
+}
+
+/// `NAME` or `NAME=VALUE` items, whitespace-separated; a bare name is 1.
+fn parse_defines(text: &str) -> Vec<(String, String)> {
+    text.split_whitespace()
+        .map(|item| match item.split_once('=') {
+            Some((name, value)) => (name.to_string(), value.to_string()),
+            None => (item.to_string(), "1".to_string()),
+        })
+        .collect()
+}
+
 /// The complete translation unit handed to NVRTC for `CT_WORLD = world_spec`.
 pub fn kernel_source(world_spec: u32) -> String {
     let mut source = cuda_prelude();
     source.push_str(&format!(
         "// World-size specialisation (0: generic).\n#define CT_WORLD {world_spec}\n"
     ));
+    for (name, value) in experiment_defines() {
+        source.push_str(&format!("#define {name} {value}\n"));
+    }
     for (name, text) in SOURCES {
         source.push_str(&format!("\n// ---- kernels/cuda/{name} ----\n"));
         source.push_str(text);
@@ -264,16 +285,21 @@ pub struct KernelSet {
     functions: HashMap<String, CudaFunction>,
     /// The `CT_WORLD` of the build: launches are for worlds of this size only.
     world_spec: u32,
+    /// Launch with programmatic dependent launch (sm_90 and later, when asked).
+    programmatic: bool,
     _module: Arc<CudaModule>,
 }
 
 impl KernelSet {
     /// Loads the compiled kernels into `ctx` and checks that a block of
-    /// `threads` threads of every kernel fits on one SM.
+    /// `threads` threads of every kernel fits on one SM. `programmatic_launch`
+    /// asks for programmatic dependent launch, which only sm_90 and later have
+    /// (see [`Options::programmatic_launch`](crate::Options::programmatic_launch)).
     pub fn load(
         ctx: &Arc<CudaContext>,
         compiled: &CompiledKernels,
         threads: u32,
+        programmatic_launch: bool,
     ) -> Result<KernelSet> {
         let module = ctx
             .load_module(Ptx::from_binary(compiled.cubin.clone()))
@@ -296,8 +322,14 @@ impl KernelSet {
         Ok(KernelSet {
             functions,
             world_spec: compiled.world_spec,
+            programmatic: programmatic_launch && compiled.arch >= Arch::SM90,
             _module: module,
         })
+    }
+
+    /// Whether launches use programmatic dependent launch.
+    pub fn programmatic(&self) -> bool {
+        self.programmatic
     }
 
     /// Whether these kernels were built for a world of `world` ranks.
@@ -327,6 +359,18 @@ mod tests {
         assert!(names.contains(&"colltune_two_shot_all_reduce_bf16".to_string()));
         assert!(names.contains(&"colltune_reference_all_gather".to_string()));
         assert!(!names.iter().any(|n| n.contains("two_shot_all_gather")));
+    }
+
+    #[test]
+    fn experiment_defines_take_a_name_or_a_name_and_value() {
+        assert_eq!(
+            parse_defines(" CT_EXP_A  CT_EXP_B=64\n"),
+            vec![
+                ("CT_EXP_A".to_string(), "1".to_string()),
+                ("CT_EXP_B".to_string(), "64".to_string())
+            ]
+        );
+        assert!(parse_defines("").is_empty());
     }
 
     #[test]

@@ -150,6 +150,15 @@ pub fn check_nccl_all_reduce<T: Element>(inputs: &[Vec<T>], output: &[T]) -> Res
     check_all_reduce_rounded(inputs, output, false, inputs.len().saturating_sub(1))
 }
 
+/// Whether `ran` is the two-shot built as the Lamport experiment variant, which
+/// follows the push algorithms' sentinel rule.
+fn lamport_two_shot(ran: crate::vocab::Algo) -> bool {
+    ran == crate::vocab::Algo::TwoShotPull
+        && crate::module::experiment_defines()
+            .iter()
+            .any(|(name, _)| name == "CT_EXP_TWO_SHOT_LAMPORT")
+}
+
 /// The all-reduce check for a result that `ran` produced: NCCL across several
 /// GPUs (`nccl_across_gpus`) is held to [`check_nccl_all_reduce`], everything
 /// else (our kernels, the loopback reference, NCCL in a world of one) to
@@ -163,7 +172,11 @@ pub fn check_all_reduce_of<T: Element>(
     if nccl_across_gpus {
         check_nccl_all_reduce(inputs, output)
     } else {
-        check_all_reduce(inputs, output, ran == crate::vocab::Algo::OneShotPush)
+        check_all_reduce(
+            inputs,
+            output,
+            ran == crate::vocab::Algo::OneShotPush || lamport_two_shot(ran),
+        )
     }
 }
 

@@ -65,6 +65,9 @@ pub(crate) fn launch(
         block_dim: (shape.threads, 1, 1),
         shared_mem_bytes: 0,
     };
+    if kernels.programmatic() {
+        return launch_programmatic(function, stream, config, &args);
+    }
     let mut builder = stream.launch_builder(function);
     builder.arg(&args);
     // SAFETY: the kernel takes exactly one CollArgs by value; every pointer in it
@@ -73,4 +76,56 @@ pub(crate) fn launch(
     unsafe { builder.launch(config) }
         .map(|_| ())
         .during("launching a collective kernel")
+}
+
+/// Launches with the programmatic-stream-serialisation attribute (programmatic
+/// dependent launch, sm_90+): the kernel may start before the previous kernel
+/// in the stream has finished, and holds at its first instruction
+/// (`griddepcontrol.wait`, kernels/cuda/prims.cu) until that kernel has
+/// completed and flushed its writes. cudarc's builder has no launch attributes,
+/// so this goes through `cuLaunchKernelEx` directly. Stream capture records it
+/// as a programmatic edge of the graph.
+fn launch_programmatic(
+    function: &cudarc::driver::CudaFunction,
+    stream: &CudaStream,
+    config: LaunchConfig,
+    args: &CollArgs,
+) -> Result<()> {
+    use cudarc::driver::sys;
+    stream
+        .context()
+        .bind_to_thread()
+        .during("binding the rank's context for a launch")?;
+    // SAFETY: an all-zero launch attribute is a valid value of the C union.
+    let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    let launch = sys::CUlaunchConfig {
+        gridDimX: config.grid_dim.0,
+        gridDimY: config.grid_dim.1,
+        gridDimZ: config.grid_dim.2,
+        blockDimX: config.block_dim.0,
+        blockDimY: config.block_dim.1,
+        blockDimZ: config.block_dim.2,
+        sharedMemBytes: config.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attribute,
+        numAttrs: 1,
+    };
+    let mut params = [args as *const CollArgs as *mut std::ffi::c_void];
+    // SAFETY: `function` belongs to the context bound above and takes exactly
+    // one CollArgs by value, which `params` points to for the duration of the
+    // call (the driver copies kernel parameters at launch); every pointer in the
+    // arguments is a live registered buffer or a tensor the communicator
+    // checked, and the grid respects the kernels' launch bounds.
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &launch,
+            function.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .during("launching a collective kernel (cuLaunchKernelEx)")
 }

@@ -64,6 +64,10 @@ struct Cli {
     /// Threads per block (multiple of 32, at most 512; default 512).
     #[arg(long)]
     threads: Option<u32>,
+    /// Launch the custom kernels without programmatic dependent launch (for
+    /// comparison; see `Options::programmatic_launch`).
+    #[arg(long)]
+    no_programmatic_launch: bool,
     /// Device-side timeout of a wait, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     timeout_ms: u64,
@@ -198,6 +202,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         timeout: std::time::Duration::from_millis(cli.timeout_ms),
         blocks: cli.blocks,
         threads: cli.threads,
+        programmatic_launch: !cli.no_programmatic_launch,
         log_declines: false,
         ..Options::default()
     };

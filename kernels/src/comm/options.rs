@@ -42,6 +42,14 @@ pub struct Options {
     /// every rank of a world must use the same value (it is part of the
     /// configuration digest of a world of processes).
     pub sequence_start: u64,
+    /// Launch the custom kernels with programmatic dependent launch (sm_90 and
+    /// later; ignored before). A kernel may then be scheduled while the kernel
+    /// before it in the stream is still finishing, and waits on the device
+    /// (`griddepcontrol.wait`, its first instruction) until that kernel has
+    /// completed and its writes are visible, so the launch latency overlaps the
+    /// previous kernel's tail. The ordering seen by the program is unchanged.
+    /// Default true.
+    pub programmatic_launch: bool,
 }
 
 impl Default for Options {
@@ -54,6 +62,7 @@ impl Default for Options {
             log_declines: true,
             join_timeout: Duration::from_secs(60),
             sequence_start: 0,
+            programmatic_launch: true,
         }
     }
 }

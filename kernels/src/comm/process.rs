@@ -541,7 +541,12 @@ fn prepare(
         }
     };
     let compiled = module::compile_for(arch, world)?;
-    let kernels = Arc::new(KernelSet::load(ctx, &compiled, shape.threads)?);
+    let kernels = Arc::new(KernelSet::load(
+        ctx,
+        &compiled,
+        shape.threads,
+        options.programmatic_launch,
+    )?);
     let own = RankMemory::new(ctx, stream, &plan, options.sequence_start)?;
     stream
         .synchronize()

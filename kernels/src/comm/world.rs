@@ -53,7 +53,12 @@ impl World {
         let plan = BufferPlan::new(&caps, world_size, fallback == Fallback::LoopbackReference)
             .map_err(Error::Unsupported)?;
         let compiled = module::compile_for(arch, world_size)?;
-        let kernels = Arc::new(KernelSet::load(&ctx, &compiled, shape.threads)?);
+        let kernels = Arc::new(KernelSet::load(
+            &ctx,
+            &compiled,
+            shape.threads,
+            options.programmatic_launch,
+        )?);
         let streams = (0..world_size)
             .map(|_| ctx.new_stream())
             .collect::<std::result::Result<Vec<_>, _>>()
@@ -151,7 +156,10 @@ impl World {
         let compiled = module::compile_for(arch, world_size)?;
         let kernel_sets = contexts
             .iter()
-            .map(|ctx| KernelSet::load(ctx, &compiled, shape.threads).map(Arc::new))
+            .map(|ctx| {
+                KernelSet::load(ctx, &compiled, shape.threads, options.programmatic_launch)
+                    .map(Arc::new)
+            })
             .collect::<Result<Vec<_>>>()?;
         let registration = Registration::new(&contexts, &streams, plan, options.sequence_start)?;
         let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# A/B of kernel variants on a GPU machine: runs the benchmark once per variant,
+# each variant a set of NVRTC defines (the sources' CT_EXP_* switches, passed in
+# KERNELS_NVRTC_DEFINES), NCCL timed in the same process every time. One CSV per
+# variant lands in $OUT (or ./gpu-logs) as ab-<n>.csv, with ab-variants.txt
+# naming them.
+#
+#   AB_VARIANTS=$'base:\nlamport:CT_EXP_TWO_SHOT_LAMPORT' \
+#   AB_ARGS="--devices 0,1 --collective all_reduce --sizes 4MiB,8MiB,16MiB" scripts/gpu-ab.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=.carry/bin
+out="${OUT:-./gpu-logs}"
+mkdir -p "$out"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export KERNELS_REQUIRE_NVRTC=1
+: "${AB_VARIANTS:?name:defines lines, one variant per line}"
+: "${AB_ARGS:?the arguments of the benchmark}"
+status=0
+n=0
+: > "$out/ab-variants.txt"
+while IFS= read -r line; do
+  [ -z "$line" ] && continue
+  name=${line%%:*}
+  defines=${line#*:}
+  echo "=== $n $name: ${defines:-(no defines)}" | tee -a "$out/ab-variants.txt"
+  # shellcheck disable=SC2086
+  KERNELS_NVRTC_DEFINES="$defines" timeout --signal=KILL "${AB_TIMEOUT:-120}" \
+    "$bin/collective-bench" $AB_ARGS --csv "$out/ab-$n.csv" > "$out/ab-$n.log" 2>&1 || status=1
+  grep -E 'FAILED|failed|error' "$out/ab-$n.log" | head -n 5
+  n=$((n + 1))
+done <<< "$AB_VARIANTS"
+exit $status
