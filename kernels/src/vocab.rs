@@ -1,4 +1,4 @@
 //! The project's shared vocabulary, as `policy` exports it. Every public signature
 //! of this crate uses these types, so engines and the tuner never convert.
 
-pub use crate::selection::vocab::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query};
+pub use policy::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query};

@@ -14,6 +14,8 @@ pub mod explain;
 pub mod fit;
 pub mod format;
 pub mod grid;
+#[cfg(feature = "gpu")]
+pub mod harness;
 mod json_layout;
 pub mod measure;
 pub mod named;

@@ -268,7 +268,7 @@ pub(crate) fn launch_shape(
 }
 
 /// The compute capability of `ctx`'s device as an [`Arch`].
-pub(crate) fn arch_of(ctx: &CudaContext) -> Result<Arch> {
+pub fn arch_of(ctx: &CudaContext) -> Result<Arch> {
     let (major, minor) = ctx
         .compute_capability()
         .during("querying the compute capability")?;
@@ -276,7 +276,7 @@ pub(crate) fn arch_of(ctx: &CudaContext) -> Result<Arch> {
 }
 
 /// Streaming multiprocessors of `ctx`'s device.
-pub(crate) fn sm_count(ctx: &CudaContext) -> Result<u32> {
+pub fn sm_count(ctx: &CudaContext) -> Result<u32> {
     ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .map(|n| n as u32)
         .during("querying the SM count")

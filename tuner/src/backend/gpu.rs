@@ -1,7 +1,7 @@
 //! The GPU backend: worlds of real devices (or a loopback world on GPU 0)
 //! through `kernels`, timed with CUDA events, verified against a host reference.
 //!
-//! - The link is what the driver's peer attributes say (`kernels::peer`:
+//! - The link is what the driver's peer attributes say (`kernels::raw::pair_link`:
 //!   NVLink when every pair has native peer atomics, else PCIe); only world
 //!   sizes whose GPUs share the machine's link are offered, so one file never
 //!   mixes links.
@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 
-use kernels::timing::{self, DeviceInfo, TimingSpec};
+use crate::harness::timing::{self, DeviceInfo, TimingSpec};
 use kernels::{Options, RankComm};
 use tuned_schema::{Algo, CapacityEntry, Collective, DType, Link, TableKey};
 
@@ -24,7 +24,7 @@ use crate::evidence::key_name;
 use crate::stats;
 
 /// The most ranks the kernels serve in one world.
-const MAX_WORLD: usize = kernels::protocol::MAX_WORLD;
+const MAX_WORLD: usize = kernels::raw::MAX_WORLD;
 
 /// Why no GPU backend could be opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,7 +59,7 @@ impl GpuBackend {
     /// Finds the GPUs and their link; checks sizes up to `verify_max_bytes`
     /// against the host reference (larger ones are timed unchecked).
     pub fn open(loopback: bool, verify_max_bytes: u64) -> Result<GpuBackend, OpenError> {
-        kernels::ffi::require_driver()
+        kernels::raw::require_driver()
             .map_err(|_| OpenError::NoGpu("libcuda not loadable".to_string()))?;
         let devices = timing::discover()
             .map_err(|e| OpenError::NoGpu(format!("the driver lists no usable GPU: {e}")))?;
@@ -329,7 +329,7 @@ mod tests {
     #[test]
     fn without_a_driver_opening_says_no_gpu() {
         // On machines without libcuda (CI, laptops) this is the path taken.
-        if kernels::ffi::require_driver().is_ok() {
+        if kernels::raw::require_driver().is_ok() {
             return;
         }
         match GpuBackend::open(false, 1 << 26) {

@@ -8,8 +8,7 @@
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use crate::comm::RankComm;
-use crate::error::{Error, Result};
+use kernels::{Error, RankComm, Result};
 
 /// A reusable barrier for the rank threads that gives up when a rank fails,
 /// so one failure never leaves the others waiting forever.

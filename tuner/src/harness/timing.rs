@@ -1,5 +1,5 @@
-//! Measuring and verifying collectives on the GPUs of a world, for the tuner and
-//! the bench, plus what the platform is.
+//! Measuring and verifying collectives on the GPUs of a world, for the sweep and
+//! `tuner bench`, plus what the platform is.
 //!
 //! Timing is on the GPU with events, per rank, each rank driven by its own
 //! thread; a sample is the per-call time of the slowest rank. In graph mode,
@@ -20,15 +20,14 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, result as driver, sys};
 use half::{bf16, f16};
 
-use crate::comm::{Fallback, RankComm, Select, World, arch_of, sm_count};
-use crate::concurrent::for_each_rank;
-use crate::element::Element;
-use crate::error::{DriverContext, Error, Result};
-use crate::ffi;
-use crate::nccl::nccl_version;
-use crate::peer::{PairLink, pair_link};
-use crate::validation::{self, POISON_BYTE};
-use crate::vocab::{Algo, Arch, Collective, DType, Link, Mode};
+use kernels::raw::{self, DriverContext, PairLink, arch_of, nccl_version, pair_link, sm_count};
+use kernels::{
+    Algo, Arch, Collective, DType, Element, Error, Fallback, Link, Mode, Options, RankComm, Result,
+    Select, World,
+};
+
+use super::concurrent::for_each_rank;
+use super::validation::{self, POISON_BYTE};
 
 /// What to time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -349,8 +348,8 @@ pub struct PlatformInfo {
 }
 
 pub fn platform_info(ctx: &Arc<CudaContext>) -> Result<PlatformInfo> {
-    ffi::require_driver()?;
-    let cuda = ffi::driver_cuda_version()?;
+    raw::require_driver()?;
+    let cuda = raw::driver_cuda_version()?;
     Ok(PlatformInfo {
         gpu_name: ctx.name().during("querying the GPU name")?,
         arch: arch_of(ctx)?,
@@ -375,7 +374,7 @@ fn kernel_driver_version() -> Option<String> {
 }
 
 fn nvrtc_version() -> Option<String> {
-    ffi::require_nvrtc().ok()?;
+    raw::require_nvrtc().ok()?;
     let (mut major, mut minor) = (0, 0);
     // SAFETY: writes two ints.
     let result = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
@@ -406,7 +405,7 @@ impl DeviceInfo {
 
 /// Every visible GPU and the pairwise links between them.
 pub fn discover() -> Result<Vec<DeviceInfo>> {
-    ffi::require_driver()?;
+    raw::require_driver()?;
     let count = CudaContext::device_count().during("counting GPUs")? as usize;
     let contexts = (0..count)
         .map(|i| CudaContext::new(i).during("opening a GPU"))
@@ -436,9 +435,9 @@ pub fn discover() -> Result<Vec<DeviceInfo>> {
 pub fn build_world(
     loopback_ranks: Option<usize>,
     devices: &[usize],
-    options: crate::Options,
+    options: Options,
 ) -> Result<Vec<RankComm>> {
-    ffi::require_driver()?;
+    raw::require_driver()?;
     match loopback_ranks {
         Some(n) => {
             let ctx =
