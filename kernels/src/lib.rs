@@ -30,7 +30,8 @@
 //!
 //! ```no_run
 //! use cudarc::driver::CudaContext;
-//! use kernels::{Mode, Options, Select, World};
+//! use kernels::{Options, Select, World};
+//! use policy::Mode;
 //!
 //! # fn main() -> kernels::Result<()> {
 //! let ctx = CudaContext::new(0).expect("a GPU");
@@ -78,4 +79,3 @@ pub use nccl::NcclId;
 pub use protocol::decline::Decline;
 pub use rendezvous::{FileRendezvous, Rendezvous};
 pub use selection::table_choice;
-pub use vocab::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query};

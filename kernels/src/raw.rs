@@ -28,5 +28,5 @@ pub use crate::module::{
 pub use crate::nccl::nccl_version;
 pub use crate::peer::{PairLink, pair_link};
 pub use crate::protocol::digest::fnv1a;
-pub use crate::protocol::grid::LaunchShape;
+pub use crate::protocol::launch::LaunchShape;
 pub use crate::protocol::{MAX_WORLD, replace_sentinel_words};

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice};
 use gpu_common::{Case, Placement, Suite, device_count, eager, gpu, graph};
 use half::bf16;
-use kernels::{Algo, Collective, Element, Fallback, Mode, Options, RankComm, Select, World};
+use kernels::{Element, Fallback, Options, RankComm, Select, World};
+use policy::{Algo, Collective, Mode};
 use tuner::harness::concurrent::for_each_rank;
 use tuner::harness::validation::{
     check_all_gather, check_all_reduce, check_nccl_all_reduce, random_inputs,

@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 use cudarc::driver::CudaContext;
 use gpu_common::{Case, NEEDS_GPU, Placement, Suite, eager, gpu, graph};
 use half::{bf16, f16};
-use kernels::{
-    Algo, Collective, DType, Element, Error, Fallback, Mode, Options, RankComm, Select, World,
-};
-use tuner::harness::timing::{TimingSpec, measure, verify};
+use kernels::{Element, Error, Fallback, Options, RankComm, Select, World};
+use policy::{Algo, Collective, DType, Mode};
+use tuner::harness::timing::{TimingSpec, measure, validate};
 
 const MIB: usize = 1 << 20;
 /// Bytes each rank contributes in the size sweep: powers of two and odd
@@ -648,7 +647,7 @@ fn timing_measure_and_verify() {
     ] {
         suite.record(
             &format!("verify {}", algo.name()),
-            verify(
+            validate(
                 &mut ranks,
                 Collective::AllReduce,
                 DType::Bf16,
@@ -688,7 +687,7 @@ fn timing_measure_and_verify() {
     }
     suite.record(
         "verify all_gather one_shot_pull",
-        verify(
+        validate(
             &mut ranks,
             Collective::AllGather,
             DType::F16,
@@ -715,7 +714,7 @@ fn timing_measure_and_verify() {
             other => Err(format!("got {other:?}")),
         },
     );
-    let info = tuner::harness::timing::platform_info(&ctx).map_err(|e| e.to_string());
+    let info = tuner::harness::timing::gpu_stack(&ctx).map_err(|e| e.to_string());
     if let Ok(info) = &info {
         eprintln!("   platform: {info:?}");
     }

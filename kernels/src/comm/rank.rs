@@ -16,7 +16,7 @@ use crate::error::{DriverContext, Error, Result};
 use crate::module::KernelSet;
 use crate::nccl::{Ended, NcclComm};
 use crate::protocol::fault::DeviceFault;
-use crate::protocol::grid::LaunchShape;
+use crate::protocol::launch::LaunchShape;
 use crate::protocol::layout::Capacities;
 use crate::selection::Selector;
 use crate::vocab::{Arch, Link};

@@ -14,7 +14,7 @@ use crate::module::{self, KernelSet};
 use crate::nccl::NcclComm;
 use crate::peer;
 use crate::protocol::MAX_WORLD;
-use crate::protocol::grid::LaunchShape;
+use crate::protocol::launch::LaunchShape;
 use crate::protocol::layout::{BufferPlan, Capacities};
 use crate::selection::{self, Selector};
 use crate::vocab::{Arch, Link};

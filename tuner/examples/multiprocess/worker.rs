@@ -12,9 +12,10 @@ use cudarc::driver::CudaContext;
 use half::{bf16, f16};
 use kernels::raw::fnv1a;
 use kernels::{
-    Algo, DType, Element, Error, Fallback, FileRendezvous, Join, Mode, NcclId, Options,
-    ProcessSpec, RankComm, Rendezvous, Select, World,
+    Element, Error, Fallback, FileRendezvous, Join, NcclId, Options, ProcessSpec, RankComm,
+    Rendezvous, Select, World,
 };
+use policy::{Algo, DType, Mode};
 use tuner::harness::timing::poison;
 use tuner::harness::validation::{check_all_reduce_of, random_inputs};
 

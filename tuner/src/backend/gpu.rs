@@ -19,7 +19,7 @@ use crate::harness::timing::{self, DeviceInfo, TimingSpec};
 use kernels::{Options, RankComm};
 use tuned_schema::{Algo, CapacityEntry, Collective, DType, Link, TableKey};
 
-use super::{Backend, BackendError, PlatformDesc, Repetitions, Verified};
+use super::{Backend, BackendError, PlatformDesc, Repetitions, Validated};
 use crate::evidence::key_name;
 use crate::stats;
 
@@ -95,7 +95,7 @@ impl GpuBackend {
         };
         let context = cudarc::driver::CudaContext::new(0)
             .map_err(|e| OpenError::NoGpu(format!("cannot open GPU 0: {e}")))?;
-        let info = timing::platform_info(&context).map_err(|e| OpenError::Other(e.to_string()))?;
+        let info = timing::gpu_stack(&context).map_err(|e| OpenError::Other(e.to_string()))?;
         let platform = PlatformDesc {
             arch: first.arch,
             link,
@@ -167,15 +167,20 @@ impl Backend for GpuBackend {
         self.world_sizes.clone()
     }
 
-    fn verify(&mut self, key: TableKey, algo: Algo, bytes: u64) -> Result<Verified, BackendError> {
+    fn validate(
+        &mut self,
+        key: TableKey,
+        algo: Algo,
+        bytes: u64,
+    ) -> Result<Validated, BackendError> {
         if bytes > self.verify_max_bytes {
-            return Ok(Verified::Skipped);
+            return Ok(Validated::Skipped);
         }
         let id = (key.collective, key.world_size, key.dtype, algo, bytes);
         if let Some(outcome) = self.checked.get(&id) {
             return outcome
                 .clone()
-                .map(|()| Verified::Yes)
+                .map(|()| Validated::Yes)
                 .map_err(BackendError);
         }
         let seed = stats::seed_for(&format!(
@@ -184,13 +189,13 @@ impl Backend for GpuBackend {
             algo.name()
         ));
         let ranks = self.ranks(key.world_size)?;
-        let result = timing::verify(ranks, key.collective, key.dtype, algo, bytes, seed);
+        let result = timing::validate(ranks, key.collective, key.dtype, algo, bytes, seed);
         if let Err(e) = &result {
             self.forget_world_after(e);
         }
         let outcome = result.map_err(|e| e.to_string());
         self.checked.insert(id, outcome.clone());
-        outcome.map(|()| Verified::Yes).map_err(BackendError)
+        outcome.map(|()| Validated::Yes).map_err(BackendError)
     }
 
     fn measure(

@@ -16,9 +16,11 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
+use tuned_schema::size::{format_size, parse_size};
 use tuned_schema::{Algo, Collective, DType, Mode};
 
 use super::{Error, Exit};
+use crate::stats::{algbw_gbps, busbw_gbps};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
@@ -96,26 +98,8 @@ enum Outcome {
     Failed(String),
 }
 
-fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let n: u64 = number.parse().map_err(|_| format!("bad size {text:?}"))?;
-    let scale = match unit.trim() {
-        "" | "B" => 1,
-        "K" | "KiB" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        other => {
-            return Err(format!(
-                "bad unit {other:?} in {text:?} (use B, KiB, MiB, GiB)"
-            ));
-        }
-    };
-    n.checked_mul(scale)
-        .ok_or_else(|| format!("size {text:?} does not fit in 64 bits"))
-}
-
+/// A list like `16,4KiB,1MiB` or a range `16B..256MiB` of sizes `step` apart
+/// (a factor); each size is spelled as in `tuned/*.toml`.
 fn parse_sizes(text: &str, step: u64) -> Result<Vec<u64>, String> {
     if let Some((low, high)) = text.split_once("..") {
         let (mut size, high) = (parse_size(low)?, parse_size(high)?);
@@ -137,32 +121,6 @@ fn parse_sizes(text: &str, step: u64) -> Result<Vec<u64>, String> {
     }
 }
 
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let position = q * (sorted.len() - 1) as f64;
-    let (low, high) = (position.floor() as usize, position.ceil() as usize);
-    sorted[low] + (sorted[high] - sorted[low]) * (position - low as f64)
-}
-
-/// GB/s of algorithm and bus bandwidth (nccl-tests definitions).
-fn bandwidths(collective: Collective, world: usize, bytes: u64, micros: f64) -> (f64, f64) {
-    let algbw = bytes as f64 / micros / 1e3;
-    let w = world as f64;
-    let factor = match collective {
-        Collective::AllReduce => 2.0 * (w - 1.0) / w,
-        Collective::AllGather => (w - 1.0) / w,
-    };
-    (algbw, algbw * factor)
-}
-
-fn human(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}GiB", b >> 30),
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}KiB", b >> 10),
-        b => format!("{b}B"),
-    }
-}
-
 fn default_calls(bytes: u64) -> u32 {
     (((64u64 << 20) / bytes.max(1)).clamp(1, 20)) as u32
 }
@@ -181,14 +139,14 @@ fn row_line(row: &Row, world: usize, earlier: &[Row]) -> String {
         row.collective.name(),
         row.dtype.name(),
         row.mode.name(),
-        human(row.bytes),
+        format_size(row.bytes),
         row.algo.name()
     );
     match &row.outcome {
         Outcome::Timed {
             median, p10, p90, ..
         } => {
-            let (_, busbw) = bandwidths(row.collective, world, row.bytes, *median);
+            let busbw = busbw_gbps(row.collective, world as u32, row.bytes, *median);
             let baseline =
                 earlier
                     .iter()
@@ -234,7 +192,10 @@ fn csv(rows: &[Row], world: usize, loopback: bool) -> String {
                 p90,
                 verified,
             } => {
-                let (algbw, busbw) = bandwidths(r.collective, world, r.bytes, *median);
+                let (algbw, busbw) = (
+                    algbw_gbps(r.bytes, *median),
+                    busbw_gbps(r.collective, world as u32, r.bytes, *median),
+                );
                 writeln!(
                     out,
                     "{prefix},ok,{median:.3},{p10:.3},{p90:.3},{algbw:.3},{busbw:.3},{verified}"
@@ -259,15 +220,15 @@ mod gpu {
     use std::fmt::Write as _;
     use std::io::Write;
 
-    use kernels::{Algo, Collective, DType, Error, Fallback, Mode, Options, RankComm};
+    use kernels::{Error, Fallback, Options, RankComm};
+    use policy::{Algo, Collective, DType, Mode};
 
     use super::{
-        BenchArgs, Outcome, Row, bandwidths, csv, default_calls, parse_size, parse_sizes, quantile,
-        row_line,
+        BenchArgs, Outcome, Row, algbw_gbps, busbw_gbps, csv, default_calls, parse_size,
+        parse_sizes, row_line,
     };
-    use crate::harness::timing::{
-        PlatformInfo, TimingSpec, build_world, measure, platform_info, verify,
-    };
+    use crate::harness::timing::{GpuStack, TimingSpec, build_world, gpu_stack, measure, validate};
+    use crate::stats;
 
     pub(super) fn run(cli: &BenchArgs, out: &mut dyn Write) -> Result<(), String> {
         let collectives: Vec<Collective> = match cli.collective.as_str() {
@@ -308,7 +269,7 @@ mod gpu {
         let mut ranks = build_world(loopback, &devices, options).map_err(|e| e.to_string())?;
         let world = ranks.len();
         let ctx = ranks[0].stream().context().clone();
-        let info = platform_info(&ctx).map_err(|e| e.to_string())?;
+        let info = gpu_stack(&ctx).map_err(|e| e.to_string())?;
         let io = |e: std::io::Error| e.to_string();
         write!(out, "{}", header(&info, &ranks, loopback.is_some())).map_err(io)?;
 
@@ -387,7 +348,7 @@ mod gpu {
             return row(Outcome::Declined(reason.to_string()));
         }
         let verified = bytes <= verify_max;
-        if verified && let Err(e) = verify(ranks, collective, dtype, algo, bytes, bytes) {
+        if verified && let Err(e) = validate(ranks, collective, dtype, algo, bytes, bytes) {
             return row(Outcome::Failed(e.to_string()));
         }
         let spec = TimingSpec {
@@ -404,9 +365,9 @@ mod gpu {
             Ok(mut micros) => {
                 micros.sort_by(f64::total_cmp);
                 row(Outcome::Timed {
-                    median: quantile(&micros, 0.5),
-                    p10: quantile(&micros, 0.1),
-                    p90: quantile(&micros, 0.9),
+                    median: stats::quantile(&micros, 0.5),
+                    p10: stats::quantile(&micros, 0.1),
+                    p90: stats::quantile(&micros, 0.9),
                     verified,
                 })
             }
@@ -416,7 +377,7 @@ mod gpu {
     }
 
     /// The lines above the rows: the platform, the world, the baseline, the columns.
-    fn header(info: &PlatformInfo, ranks: &[RankComm], loopback: bool) -> String {
+    fn header(info: &GpuStack, ranks: &[RankComm], loopback: bool) -> String {
         let mut text = String::new();
         let _ = writeln!(
             text,
@@ -473,7 +434,7 @@ mod gpu {
         text
     }
 
-    fn json(rows: &[Row], info: &PlatformInfo, world: usize, rank: &RankComm) -> String {
+    fn json(rows: &[Row], info: &GpuStack, world: usize, rank: &RankComm) -> String {
         let results: Vec<serde_json::Value> = rows
             .iter()
             .map(|r| {
@@ -491,7 +452,10 @@ mod gpu {
                         p90,
                         verified,
                     } => {
-                        let (algbw, busbw) = bandwidths(r.collective, world, r.bytes, *median);
+                        let (algbw, busbw) = (
+                            algbw_gbps(r.bytes, *median),
+                            busbw_gbps(r.collective, world as u32, r.bytes, *median),
+                        );
                         v["status"] = "ok".into();
                         v["median_us"] = (*median).into();
                         v["p10_us"] = (*p10).into();
@@ -539,6 +503,7 @@ mod gpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats;
 
     #[test]
     fn sizes_parse_as_lists_and_ranges() {
@@ -560,19 +525,11 @@ mod tests {
     }
 
     #[test]
-    fn bus_bandwidth_follows_nccl_tests() {
-        // 1 GB in 1000 µs over 8 ranks: algbw 1000 GB/s.
-        let (algbw, busbw) = bandwidths(Collective::AllReduce, 8, 1_000_000_000, 1000.0);
-        assert!((algbw - 1000.0).abs() < 1e-9);
-        assert!((busbw - 1750.0).abs() < 1e-9);
-        let (_, busbw) = bandwidths(Collective::AllGather, 4, 1_000_000_000, 1000.0);
-        assert!((busbw - 750.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn quantiles_interpolate() {
+    fn rows_take_the_stats_quantiles() {
+        // p10/p90/median of a row are crate::stats::quantile (Hyndman-Fan type 8).
         let s = [1.0, 2.0, 3.0, 4.0, 5.0];
-        assert_eq!(quantile(&s, 0.5), 3.0);
-        assert!((quantile(&s, 0.1) - 1.4).abs() < 1e-12);
+        assert_eq!(stats::quantile(&s, 0.5), 3.0);
+        assert!(stats::quantile(&s, 0.1) < 1.4 && stats::quantile(&s, 0.1) >= 1.0);
+        assert_eq!(format_size(1 << 20), "1MiB");
     }
 }

@@ -3,7 +3,7 @@
 //! all run on it.
 //!
 //! - [`timing`]: CUDA-event timing of forced calls, one thread per rank, plus
-//!   what the platform is ([`timing::platform_info`], [`timing::discover`]);
+//!   what the platform is ([`timing::gpu_stack`], [`timing::discover`]);
 //! - [`validation`]: inputs sprinkled with special values and the f64 host
 //!   reference every result is checked against;
 //! - [`concurrent`]: driving every rank of a single-process world at once.

@@ -8,9 +8,9 @@
 //! engine pays. In eager mode a sample times `calls_per_sample` launches.
 //!
 //! Samples run back to back on each stream, an event between consecutive ones,
-//! after one host rendezvous and one untimed round: the ranks then run in the
+//! after one host barrier and one untimed round: the ranks then run in the
 //! lockstep their collectives impose, as in an engine's forward pass. (A host
-//! rendezvous before every sample would add the threads' wake-up skew, several
+//! barrier before every sample would add the threads' wake-up skew, several
 //! µs, to every sample: with one call per sample that doubled the per-call time
 //! of megabyte messages and made the curves jump wherever `calls_per_sample`
 //! changed.)
@@ -21,10 +21,8 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, result as
 use half::{bf16, f16};
 
 use kernels::raw::{self, DriverContext, PairLink, arch_of, nccl_version, pair_link, sm_count};
-use kernels::{
-    Algo, Arch, Collective, DType, Element, Error, Fallback, Link, Mode, Options, RankComm, Result,
-    Select, World,
-};
+use kernels::{Element, Error, Fallback, Options, RankComm, Result, Select, World};
+use policy::{Algo, Arch, Collective, DType, Link, Mode};
 
 use super::concurrent::for_each_rank;
 use super::validation::{self, POISON_BYTE};
@@ -58,7 +56,7 @@ pub fn measure(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
 /// signed zeros), outputs poisoned beforehand, and checks every rank's output
 /// against an f64 host reference and (except for multi-GPU NCCL, which does not
 /// promise it) that all ranks hold the same bits.
-pub fn verify(
+pub fn validate(
     ranks: &mut [RankComm],
     collective: Collective,
     dtype: DType,
@@ -67,9 +65,9 @@ pub fn verify(
     seed: u64,
 ) -> Result<()> {
     match dtype {
-        DType::Bf16 => verify_typed::<bf16>(ranks, collective, algo, bytes, seed),
-        DType::F16 => verify_typed::<f16>(ranks, collective, algo, bytes, seed),
-        DType::F32 => verify_typed::<f32>(ranks, collective, algo, bytes, seed),
+        DType::Bf16 => validate_typed::<bf16>(ranks, collective, algo, bytes, seed),
+        DType::F16 => validate_typed::<f16>(ranks, collective, algo, bytes, seed),
+        DType::F32 => validate_typed::<f32>(ranks, collective, algo, bytes, seed),
     }
 }
 
@@ -201,7 +199,7 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
         .map(|(rank, input)| prepare(rank, input, out_len))
         .collect::<Result<Vec<_>>>()?;
     let how = Select::Force(spec.algo);
-    let per_rank = for_each_rank(ranks, tensors, |rank, mut t, rendezvous| {
+    let per_rank = for_each_rank(ranks, tensors, |rank, mut t, barrier| {
         let stream = rank.stream().clone();
         let ctx = stream.context().clone();
         // samples + 1 events: sample i is the time between marks i and i + 1.
@@ -218,7 +216,7 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
                     call_once(rank, spec.collective, &mut t, how)?;
                 }
                 rank.check()?;
-                rendezvous.wait(rank.rank())?;
+                barrier.wait(rank.rank())?;
                 // One untimed round absorbs the skew of the threads' start.
                 for _ in 0..calls {
                     call_once(rank, spec.collective, &mut t, how)?;
@@ -245,7 +243,7 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
                     graph.launch().during("replaying a graph")?;
                 }
                 rank.check()?;
-                rendezvous.wait(rank.rank())?;
+                barrier.wait(rank.rank())?;
                 graph.launch().during("replaying a graph")?;
                 marks[0]
                     .record(&stream)
@@ -271,7 +269,7 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
         .collect())
 }
 
-fn verify_typed<T: Element>(
+fn validate_typed<T: Element>(
     ranks: &mut [RankComm],
     collective: Collective,
     algo: Algo,
@@ -333,9 +331,10 @@ fn verify_typed<T: Element>(
     Ok(())
 }
 
-/// What the GPU and its software stack are.
+/// What a GPU is and which software stack (driver, CUDA, NVRTC,
+/// NCCL) runs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlatformInfo {
+pub struct GpuStack {
     pub gpu_name: String,
     pub arch: Arch,
     pub sm_count: u32,
@@ -347,10 +346,10 @@ pub struct PlatformInfo {
     pub nccl_version: Option<String>,
 }
 
-pub fn platform_info(ctx: &Arc<CudaContext>) -> Result<PlatformInfo> {
+pub fn gpu_stack(ctx: &Arc<CudaContext>) -> Result<GpuStack> {
     raw::require_driver()?;
     let cuda = raw::driver_cuda_version()?;
-    Ok(PlatformInfo {
+    Ok(GpuStack {
         gpu_name: ctx.name().during("querying the GPU name")?,
         arch: arch_of(ctx)?,
         sm_count: sm_count(ctx)?,

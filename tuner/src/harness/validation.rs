@@ -1,6 +1,6 @@
 //! Host-side references for checking collectives: inputs sprinkled with special
 //! values, an f64 reference with dtype tolerances, and bitwise comparisons.
-//! Used by [`super::timing::verify`] and by the GPU tests.
+//! Used by [`super::timing::validate`] and by the GPU tests.
 //!
 //! Special values and what is expected of them:
 //! - NaN, ±inf, subnormals pass through the sum as IEEE says (a NaN or
@@ -15,8 +15,9 @@
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use kernels::Element;
 use kernels::raw::{MAX_WORLD, replace_sentinel_words};
-use kernels::{Algo, DType, Element};
+use policy::{Algo, DType};
 
 /// Byte written over outputs before a run, so an output the kernel never wrote
 /// cannot pass for a result: 0x5A5A is 1.5e16 as bf16, 203.25 as f16, and

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaGraph, CudaSlice, CudaStream, DevicePtrMut};
-use kernels::{Algo, Collective, Element, Fallback, RankComm, Select};
+use kernels::{Element, Fallback, RankComm, Select};
+use policy::{Algo, Collective};
 use tuner::harness::concurrent::for_each_rank;
 use tuner::harness::timing::poison;
 use tuner::harness::validation::{
