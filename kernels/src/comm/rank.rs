@@ -86,13 +86,13 @@ impl RankComm {
     }
 
     /// `Loopback` for a loopback world; `NvLink` or `Pcie` for real devices
-    /// (see [`crate::peer`] for how it is decided).
+    /// (NVLink when every pair has native peer atomics, else PCIe).
     pub fn link(&self) -> Link {
         self.link
     }
 
     /// What runs NCCL-selected and declined calls. A call run by the fallback
-    /// reports [`Algo::Nccl`](crate::Algo::Nccl) in either case.
+    /// reports [`Algo::Nccl`](policy::Algo::Nccl) in either case.
     pub fn fallback_kind(&self) -> Fallback {
         self.shared.fallback
     }

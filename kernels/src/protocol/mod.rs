@@ -178,7 +178,7 @@ pub fn cuda_prelude() -> String {
     out
 }
 
-/// Replaces every 32-bit word equal to [`SENTINEL`] by 0, as the push kernels do
+/// Replaces every 32-bit word equal to `SENTINEL` (0x8000_0000) by 0, as the push kernels do
 /// on the way out (the one documented bit change). Host references use this to
 /// predict the push algorithms' results. A trailing partial word is left alone.
 pub fn replace_sentinel_words(bytes: &mut [u8]) {

@@ -92,7 +92,7 @@ const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
 impl SyntheticConfig {
-    /// An H200-like platform with planted crossovers (see [`PLANTED`]) and the
+    /// An H200-like platform with planted crossovers (see [`planted_lines`]) and the
     /// default capacities, at the given noise level.
     pub fn planted(noise_cv: f64, seed: u64) -> SyntheticConfig {
         let start = LatencyModel {
