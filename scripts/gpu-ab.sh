@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of kernel variants on a GPU machine: runs the benchmark once per variant,
+# A/B of kernel variants on a GPU machine: runs `tuner bench` once per variant,
 # each variant a set of NVRTC defines (the sources' CT_EXP_* switches, passed in
 # KERNELS_NVRTC_DEFINES), NCCL timed in the same process every time. One CSV per
 # variant lands in $OUT (or ./gpu-logs) as ab-<n>.csv, with ab-variants.txt
@@ -27,7 +27,7 @@ while IFS= read -r line; do
   echo "=== $n $name: ${defines:-(no defines)}" | tee -a "$out/ab-variants.txt"
   # shellcheck disable=SC2086
   KERNELS_NVRTC_DEFINES="$defines" timeout --signal=KILL "${AB_TIMEOUT:-120}" \
-    "$bin/collective-bench" $AB_ARGS --csv "$out/ab-$n.csv" > "$out/ab-$n.log" 2>&1 || status=1
+    "$bin/tuner" bench $AB_ARGS --csv "$out/ab-$n.csv" > "$out/ab-$n.log" 2>&1 || status=1
   grep -E 'FAILED|failed|error' "$out/ab-$n.log" | head -n 5
   n=$((n + 1))
 done <<< "$AB_VARIANTS"

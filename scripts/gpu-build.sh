@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Builds the `kernels` test executables and the collective-bench binary on this
-# machine (no GPU needed) and copies them into the git-ignored .carry/bin/, from
-# where they travel to a GPU machine and run with scripts/gpu-run.sh.
+# Builds the GPU test executables, the tuner (whose `tuner bench` is the
+# benchmark) and the one-process-per-rank example on this machine (no GPU
+# needed) and copies them into the git-ignored .carry/bin/, from where they
+# travel to a GPU machine and run with scripts/gpu-run.sh.
 #
 #   scripts/gpu-build.sh            # release build, stripped of debug info
 #
 # Layout produced:
-#   .carry/bin/tests/<name>         one executable per test target of `kernels`
-#   .carry/bin/collective-bench     the benchmark
+#   .carry/bin/tests/<name>         every test target of `kernels` (the runtime's
+#                                   unit tests as kernels_unit, nvrtc_compile) and
+#                                   the GPU suites of `tuner` (gpu_loopback,
+#                                   gpu_devices, gpu_processes)
 #   .carry/bin/multiprocess         the one-process-per-rank example (gpu_processes drives it)
-#   .carry/bin/tuner                the tuner (gpu-run.sh runs a sweep + verify + re-fit with it)
+#   .carry/bin/tuner                the tuner: `tuner bench`, and the sweep + verify + re-fit
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,30 +21,35 @@ rm -rf "$out"
 mkdir -p "$out/tests"
 
 # Test executables: the JSON stream names each one ("executable": "...").
-# Only artifacts built with the test harness (the bench binary appears too).
-cargo test -p kernels --release --no-run --message-format=json 2>/dev/null \
-  | grep -E '"profile":\{[^}]*"test":true\}' \
-  | grep -o '"executable":"[^"]*"' \
-  | sed -e 's/^"executable":"//' -e 's/"$//' \
-  | while read -r exe; do
+# Only artifacts built with the test harness.
+test_executables() {
+  cargo test --release --no-run --message-format=json "$@" 2>/dev/null \
+    | grep -E '"profile":\{[^}]*"test":true\}' \
+    | grep -o '"executable":"[^"]*"' \
+    | sed -e 's/^"executable":"//' -e 's/"$//'
+}
+{
+  test_executables -p kernels
+  test_executables -p tuner --test gpu_loopback --test gpu_devices --test gpu_processes
+} | while read -r exe; do
       base=$(basename "$exe")
       name=${base%-*}                 # strip cargo's hash suffix
       [ "$name" = "kernels" ] && name=kernels_unit
-      [ "$name" = "collective_bench" ] && continue   # the bench's own unit tests
       cp "$exe" "$out/tests/$name"
     done
 
-cargo build -p kernels --release --bin collective-bench --example multiprocess
+cargo build -p tuner --release --bin tuner --example multiprocess
 target_dir=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | sed -e 's/.*:"//' -e 's/"$//')
-cp "$target_dir/release/collective-bench" "$out/collective-bench"
-cp "$target_dir/release/examples/multiprocess" "$out/multiprocess"
-cargo build -p tuner --release --bin tuner
 cp "$target_dir/release/tuner" "$out/tuner"
+cp "$target_dir/release/examples/multiprocess" "$out/multiprocess"
 
 # Keep the carry small: drop debug info (symbols stay for backtraces).
 if command -v strip >/dev/null; then
-  strip --strip-debug "$out"/tests/* "$out/collective-bench" "$out/multiprocess" "$out/tuner"
+  strip --strip-debug "$out"/tests/* "$out/multiprocess" "$out/tuner"
 fi
 
+for name in kernels_unit nvrtc_compile gpu_loopback gpu_devices gpu_processes; do
+  [ -x "$out/tests/$name" ] || { echo "gpu-build: no $out/tests/$name was built" >&2; exit 1; }
+done
 ls -l "$out" "$out/tests"
 du -sh "$out"

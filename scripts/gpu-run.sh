@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs what scripts/gpu-build.sh put in .carry/bin/ on a GPU machine: every test
-# executable with the GPU tests included, then the benchmark. Logs go to $OUT
+# executable with the GPU tests included, then the benchmark (`tuner bench`),
+# then a tuner sweep + verify + re-fit. Logs go to $OUT
 # (or ./gpu-logs). Exits non-zero if anything failed.
 #
 #   scripts/gpu-run.sh                  # everything (a few minutes on one H200)
@@ -53,16 +54,16 @@ for name in kernels_unit nvrtc_compile gpu_processes gpu_loopback gpu_devices; d
 done
 
 if [ -z "${SKIP_BENCH:-}" ] && [ -z "$filter" ]; then
-  echo "=== collective-bench"
+  echo "=== tuner bench"
   start=$(date +%s)
   # shellcheck disable=SC2086
-  timeout --signal=KILL 240 "$bin/collective-bench" \
+  timeout --signal=KILL 240 "$bin/tuner" bench \
     ${BENCH_ARGS:---loopback --world 8 --collective both --dtype bf16 --sizes 16B..64MiB --step 16 --modes graph,eager --samples 10} \
     --csv "$out/bench.csv" --json "$out/bench.json" > "$out/bench.log" 2>&1
   rc=$?
   cat "$out/bench.log"
   [ $rc -eq 0 ] || status=1
-  summary="$summary\ncollective-bench: exit $rc in $(( $(date +%s) - start ))s"
+  summary="$summary\ntuner bench: exit $rc in $(( $(date +%s) - start ))s"
 fi
 
 # The tuner end to end: sweep (measure + fit + write), verify on held-out sizes,

@@ -46,7 +46,8 @@ pub enum Error {
     },
     /// `COLLTUNE_ALGO` (or another policy override) is malformed.
     Policy(String),
-    /// A result did not match the host reference (from [`crate::timing::verify`]).
+    /// A result did not match the host reference (the tuner's measuring
+    /// harness checks results against one).
     Verification(String),
     /// This rank stopped because another rank of a concurrent run failed first
     /// (that rank's error is the one to read).
@@ -133,7 +134,7 @@ impl Error {
 }
 
 /// Adds "what was being done" to driver results.
-pub(crate) trait DriverContext<T> {
+pub trait DriverContext<T> {
     fn during(self, what: &str) -> Result<T>;
 }
 

@@ -152,7 +152,7 @@ pub(crate) fn p2p_attribute(
 }
 
 /// The CUDA version the driver supports, e.g. 13000 for 13.0.
-pub(crate) fn driver_cuda_version() -> Result<i32> {
+pub fn driver_cuda_version() -> Result<i32> {
     let mut version = 0;
     // SAFETY: writes one int.
     unsafe { sys::cuDriverGetVersion(&mut version) }

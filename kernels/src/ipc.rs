@@ -22,7 +22,7 @@ pub struct IpcHandle(pub [u8; 64]);
 
 impl IpcHandle {
     /// Lower-case hex, 128 characters (how handles travel in rendezvous blobs).
-    pub fn to_hex(&self) -> String {
+    pub fn to_hex(self) -> String {
         hex_encode(&self.0)
     }
 

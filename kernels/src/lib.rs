@@ -2,24 +2,36 @@
 //! time with NVRTC, NCCL through cudarc, and one communicator that runs whatever
 //! `policy` selects.
 //!
-//! Layers, bottom to top (the shape of cudarc's `sys` → `result` → `safe`):
-//! - [`ffi`]: library presence checks and raw driver calls; [`memory`]: plain
-//!   device allocations; [`ipc`]: exporting them to and mapping them from other
-//!   processes; [`peer`]: peer access and link detection; [`rendezvous`]:
+//! This crate is the runtime an engine links; measuring (timing, validation
+//! against a host reference, the benchmark) lives in the `tuner` crate.
+//!
+//! Its public face is small: [`World`] builds the ranks of a world (all ranks
+//! of a single-process world, or this process's rank of a world of processes:
+//! [`World::process`] with a [`ProcessSpec`] and a [`Join`]), [`RankComm`] runs
+//! collectives on [`Element`] tensors, chosen by `policy` or forced
+//! ([`Select`]), configured by [`Options`], failing with [`Error`].
+//!
+//! Inside, bottom to top (the shape of cudarc's `sys` → `result` → `safe`),
+//! all private:
+//! - `ffi`: library presence checks and raw driver calls; `memory`: plain
+//!   device allocations; `ipc`: exporting them to and mapping them from other
+//!   processes; `peer`: peer access and link detection; `rendezvous`:
 //!   exchanging bytes between the processes of a world (NCCL or files);
-//! - [`module`]: the CUDA sources (`kernels/cuda/*.cu`), compiled once per
-//!   process, architecture and world size (`CT_WORLD`); [`protocol`]: pure host logic (buffer layout,
-//!   counters, decline rules, launch shapes), unit-tested on the CPU;
-//! - [`algorithms`]: the one launch of a collective kernel (its argument
-//!   block, one grid per rank); `nccl`: NCCL;
-//! - [`comm`]: [`World`] builds ranks (all ranks of a single-process world, or
-//!   this process's rank of a world of processes: [`World::process`]),
-//!   [`RankComm`] runs collectives;
-//! - [`timing`]: measurement and verification for the tuner and the bench.
+//! - `module`: the CUDA sources (`kernels/cuda/*.cu`), compiled once per
+//!   process, architecture and world size (`CT_WORLD`); `protocol`: pure host
+//!   logic (buffer layout, counters, decline rules, launch shapes), unit-tested
+//!   on the CPU;
+//! - `algorithms`: the one launch of a collective kernel (its argument block,
+//!   one grid per rank); `nccl`: NCCL;
+//! - `comm`: [`World`] and [`RankComm`].
+//!
+//! [`raw`] re-exports the few lower pieces the tuner's harness and the GPU
+//! tests need (library checks, device and link queries, the NVRTC build).
 //!
 //! ```no_run
 //! use cudarc::driver::CudaContext;
-//! use kernels::{Mode, Options, Select, World};
+//! use kernels::{Options, Select, World};
+//! use policy::Mode;
 //!
 //! # fn main() -> kernels::Result<()> {
 //! let ctx = CudaContext::new(0).expect("a GPU");
@@ -43,30 +55,27 @@
 //! # Ok(()) }
 //! ```
 
-pub mod algorithms;
-pub mod comm;
-pub mod concurrent;
+mod algorithms;
+mod comm;
 mod drain;
-pub mod element;
-pub mod error;
-pub mod ffi;
-pub mod ipc;
-pub mod memory;
-pub mod module;
+mod element;
+mod error;
+mod ffi;
+mod ipc;
+mod memory;
+mod module;
 mod nccl;
-pub mod peer;
-pub mod protocol;
-pub mod rendezvous;
+mod peer;
+mod protocol;
+pub mod raw;
+mod rendezvous;
 mod selection;
-pub mod timing;
-pub mod validation;
-pub mod vocab;
+mod vocab;
 
 pub use comm::{Fallback, Join, Options, ProcessSpec, RankComm, Select, World};
 pub use element::Element;
 pub use error::{Error, Result};
-pub use nccl::{NcclId, nccl_version};
+pub use nccl::NcclId;
 pub use protocol::decline::Decline;
 pub use rendezvous::{FileRendezvous, Rendezvous};
 pub use selection::table_choice;
-pub use vocab::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query};

@@ -40,10 +40,6 @@ impl DeviceBuffer {
         self.ptr
     }
 
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }

@@ -3,11 +3,7 @@
 
 use crate::error::{Error, Result};
 
-pub(crate) mod vocab {
-    pub use policy::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query};
-}
-
-use vocab::{Algo, Arch, Capacity, Collective, Link, Query};
+use crate::vocab::{Algo, Arch, Capacity, Collective, Link, Query};
 
 /// The policy of one communicator: the tables in use plus the
 /// `COLLTUNE_ALGO` override, read once when the world is built.
@@ -67,7 +63,7 @@ pub fn table_choice(query: Query) -> Algo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vocab::{DType, Mode};
+    use crate::vocab::{DType, Mode};
 
     /// Selection and buffer sizes come from the tables in use (here the built-in
     /// ones: nothing in this binary hands over others), and the override still

@@ -1,4 +1,5 @@
-//! The project's shared vocabulary, as `policy` exports it. Every public signature
-//! of this crate uses these types, so engines and the tuner never convert.
+//! The project's vocabulary, defined by `tuned-schema` and re-exported by
+//! `policy`: the one path engines and the tuner name it by is `policy::…`
+//! (`tuned_schema::…` is the same type). This crate's signatures use it.
 
-pub use crate::selection::vocab::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query};
+pub(crate) use policy::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query};

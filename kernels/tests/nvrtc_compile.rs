@@ -5,11 +5,11 @@
 //! `nvidia-cuda-nvrtc==13.0.*` wheel's nvidia/cu13/lib). Without it the test is
 //! skipped with a printed reason, unless KERNELS_REQUIRE_NVRTC=1, when it fails.
 
-use kernels::Arch;
-use kernels::module::{compile_for, compile_specialisation, entry_names, world_specialisations};
+use kernels::raw::{compile_for, compile_specialisation, entry_names, world_specialisations};
+use policy::Arch;
 
 fn nvrtc_available() -> bool {
-    match kernels::ffi::require_nvrtc() {
+    match kernels::raw::require_nvrtc() {
         Ok(()) => true,
         Err(e) => {
             if std::env::var("KERNELS_REQUIRE_NVRTC").as_deref() == Ok("1") {

@@ -12,6 +12,20 @@
 //! the vocabulary as `::policy::…`, so the invoking crate must depend on `policy`
 //! (or be `policy`, which declares `extern crate self as policy`); engines
 //! usually invoke it as `policy::include_tuned!`, which re-exports it.
+//!
+//! Layers: `args` (the macro's one argument, a folder relative to the
+//! invoking crate's `Cargo.toml`), then `tuned_schema::folder::load_folder`
+//! (parse and validate every file), then `codegen` (one module per generated
+//! item, plus the compile-time checks).
+//!
+//! ```rust,ignore
+//! // In an engine: `select`, `capacity`, `table_arch`, `PLATFORMS` and
+//! // `TABLES` generated from my-engine/tuned/*.toml.
+//! pub mod tables {
+//!     policy::include_tuned!("tuned");
+//! }
+//! const CHOICE: policy::Algo = tables::select(QUERY);
+//! ```
 
 mod args;
 mod codegen;

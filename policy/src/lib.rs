@@ -44,7 +44,8 @@
 //! With no file, or no table in it for (collective, world size, dtype, mode),
 //! [`select`] gives [`Algo::Nccl`] and [`capacity`] gives [`default_capacity`].
 //! A different major version is never borrowed: its kernels and crossovers differ
-//! too much to guess.
+//! too much to guess. The rule is written once, as [`Arch::answered_by`];
+//! the generated code and the interpreter are derived from it.
 //!
 //! # Forcing an algorithm
 //!

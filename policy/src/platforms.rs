@@ -1,5 +1,7 @@
 //! The tables as plain data (`PLATFORMS`), for `tuner show`, logs and people.
-//! Selection itself never reads these: it is a generated `match`.
+//! Selection never reads these: the generated `select` indexes constant arrays
+//! that `include_tuned!` lays out from the same files, and `table_arch` is a
+//! generated `match` over minor ranges.
 
 use crate::{Algo, Arch, Capacity, Collective, DType, Link, Mode};
 

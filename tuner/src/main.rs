@@ -1,5 +1,6 @@
 //! `tuner`: measure collective crossovers on this machine's GPUs and write
-//! `tuned/*.toml`; re-fit, verify, plot, show and explain tables. See GUIDE.md.
+//! `tuned/*.toml`; re-fit, verify, plot, show and explain tables; bench the
+//! algorithms against NCCL. See GUIDE.md.
 
 use std::process::ExitCode;
 
@@ -31,6 +32,8 @@ enum Command {
     Show(commands::ShowArgs),
     /// Print which algorithm `policy` selects for one call, and why
     Explain(commands::ExplainArgs),
+    /// Time every algorithm against NCCL per size (a table, CSV and JSON); needs GPUs
+    Bench(commands::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Plot(args) => commands::plot(args, &mut out),
         Command::Show(args) => commands::show(args, &mut out),
         Command::Explain(args) => commands::explain(args, &mut out),
+        Command::Bench(args) => commands::bench(args, &mut out),
     };
     match result {
         Ok(Exit::Ok) => ExitCode::SUCCESS,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use tuned_schema::{Algo, TableKey};
 
-use crate::backend::{Backend, BackendError, Repetitions, Verified};
+use crate::backend::{Backend, BackendError, Repetitions, Validated};
 use crate::evidence::{Origin, PointEvidence};
 use crate::stats;
 
@@ -48,9 +48,9 @@ pub fn measure_point(
         error: None,
         samples_us: Vec::new(),
     };
-    match backend.verify(key, algo, bytes) {
-        Ok(Verified::Yes) => point.verified = true,
-        Ok(Verified::Skipped) => {}
+    match backend.validate(key, algo, bytes) {
+        Ok(Validated::Yes) => point.verified = true,
+        Ok(Validated::Skipped) => {}
         Err(e) => {
             point.error = Some(e.0);
             return Ok(point);

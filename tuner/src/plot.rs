@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use tuned_schema::{Algo, Band, Collective, TableKey};
+use tuned_schema::{Algo, Band, TableKey};
 
 use crate::evidence::{Evidence, KeyEvidence, key_name};
 use crate::format;
@@ -52,17 +52,6 @@ pub fn file_name(key: &TableKey) -> String {
         key.dtype.name(),
         key.mode.name()
     )
-}
-
-/// nccl-tests' bus bandwidth in GB/s for `bytes` of output in `micros`.
-pub fn bus_bandwidth_gbps(collective: Collective, world_size: u32, bytes: u64, micros: f64) -> f64 {
-    let w = f64::from(world_size);
-    let factor = match collective {
-        Collective::AllReduce => 2.0 * (w - 1.0) / w,
-        Collective::AllGather => (w - 1.0) / w,
-    };
-    // bytes per µs is MB/s; /1000 for GB/s.
-    bytes as f64 / micros * factor / 1000.0
 }
 
 /// Writes one SVG per key of `evidence` into `folder`, shading `bands` where a
@@ -146,7 +135,7 @@ pub fn plot_key(key: &KeyEvidence, bands: &[Band], title: &str, path: &Path) -> 
     let bandwidth = Panel {
         y_label: "bus bandwidth (GB/s), nccl-tests definition",
         values: move |p: &SeriesPoint| {
-            let bw = |t: f64| bus_bandwidth_gbps(k.collective, k.world_size, p.bytes, t);
+            let bw = |t: f64| stats::busbw_gbps(k.collective, k.world_size, p.bytes, t);
             // A longer time is a lower bandwidth: the CI flips.
             (bw(p.median), bw(p.ci_high), bw(p.ci_low))
         },
@@ -264,19 +253,5 @@ fn tick(value: f64) -> String {
     } else {
         let text = format!("{value:.4}");
         text.trim_end_matches('0').to_string()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bus_bandwidth_follows_nccl_tests() {
-        // 8 ranks, 1 MB in 10 µs: algbw 100 GB/s; all-reduce ×1.75, all-gather ×0.875.
-        let ar = bus_bandwidth_gbps(Collective::AllReduce, 8, 1_000_000, 10.0);
-        let ag = bus_bandwidth_gbps(Collective::AllGather, 8, 1_000_000, 10.0);
-        assert!((ar - 175.0).abs() < 1e-9);
-        assert!((ag - 87.5).abs() < 1e-9);
     }
 }

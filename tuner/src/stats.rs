@@ -13,6 +13,7 @@ use statrs::distribution::{Binomial, DiscreteCDF};
 use statrs::statistics::{Data, OrderStatistics};
 use statrs::stats_tests::Alternative;
 use statrs::stats_tests::mannwhitneyu::{MannWhitneyUMethod, mannwhitneyu};
+use tuned_schema::Collective;
 
 /// Bootstrap resamples behind every confidence interval: enough for stable 2.5 %
 /// and 97.5 % percentiles (about 25 resamples lie beyond each).
@@ -34,6 +35,23 @@ pub fn median(samples: &[f64]) -> f64 {
 /// median-unbiased whatever the distribution). `NaN` for an empty slice.
 pub fn quantile(samples: &[f64], tau: f64) -> f64 {
     Data::new(samples.to_vec()).quantile(tau)
+}
+
+/// Algorithm bandwidth in GB/s: `bytes` of output in `micros` µs (bytes per
+/// µs is MB/s).
+pub fn algbw_gbps(bytes: u64, micros: f64) -> f64 {
+    bytes as f64 / micros / 1e3
+}
+
+/// nccl-tests' bus bandwidth in GB/s for `bytes` of output in `micros` µs over
+/// `world_size` ranks: all-reduce S/t·2(W−1)/W, all-gather S/t·(W−1)/W.
+pub fn busbw_gbps(collective: Collective, world_size: u32, bytes: u64, micros: f64) -> f64 {
+    let w = f64::from(world_size);
+    let factor = match collective {
+        Collective::AllReduce => 2.0 * (w - 1.0) / w,
+        Collective::AllGather => (w - 1.0) / w,
+    };
+    algbw_gbps(bytes, micros) * factor
 }
 
 /// Tukey's fences: values beyond the inner fences (1.5 IQR outside the
@@ -268,6 +286,25 @@ pub fn seed_for(name: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bus_bandwidth_follows_nccl_tests() {
+        // 8 ranks, 1 MB in 10 µs: algbw 100 GB/s; all-reduce ×1.75, all-gather ×0.875.
+        let ar = busbw_gbps(Collective::AllReduce, 8, 1_000_000, 10.0);
+        let ag = busbw_gbps(Collective::AllGather, 8, 1_000_000, 10.0);
+        assert!((ar - 175.0).abs() < 1e-9);
+        assert!((ag - 87.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn algorithm_and_bus_bandwidth_of_the_bench() {
+        // 1 GB in 1000 µs over 8 ranks: algbw 1000 GB/s.
+        assert!((algbw_gbps(1_000_000_000, 1000.0) - 1000.0).abs() < 1e-9);
+        let busbw = busbw_gbps(Collective::AllReduce, 8, 1_000_000_000, 1000.0);
+        assert!((busbw - 1750.0).abs() < 1e-9);
+        let busbw = busbw_gbps(Collective::AllGather, 4, 1_000_000_000, 1000.0);
+        assert!((busbw - 750.0).abs() < 1e-9);
+    }
 
     /// Deterministic pseudo-samples around `centre` with relative spread `cv`.
     fn noisy(centre: f64, cv: f64, n: usize, seed: u64) -> Vec<f64> {

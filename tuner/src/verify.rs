@@ -565,13 +565,13 @@ mod tests {
         fn world_sizes(&self) -> Vec<u32> {
             self.inner.world_sizes()
         }
-        fn verify(
+        fn validate(
             &mut self,
             key: TableKey,
             algo: Algo,
             bytes: u64,
-        ) -> Result<crate::backend::Verified, crate::backend::BackendError> {
-            self.inner.verify(key, algo, bytes)
+        ) -> Result<crate::backend::Validated, crate::backend::BackendError> {
+            self.inner.validate(key, algo, bytes)
         }
         fn measure(
             &mut self,

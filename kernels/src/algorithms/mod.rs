@@ -13,7 +13,7 @@ use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 use crate::error::{DriverContext, Error, Result};
 use crate::module::{KernelKind, KernelSet};
 use crate::protocol::PACK_BYTES;
-use crate::protocol::grid::LaunchShape;
+use crate::protocol::launch::LaunchShape;
 use crate::vocab::{Collective, DType};
 
 /// One call, as the launch wrappers see it.

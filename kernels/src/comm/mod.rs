@@ -12,4 +12,4 @@ pub use options::{Fallback, Options, Select};
 pub use process::{Join, ProcessSpec};
 pub use rank::RankComm;
 pub use world::World;
-pub(crate) use world::{arch_of, sm_count};
+pub use world::{arch_of, sm_count};

@@ -41,7 +41,7 @@ use crate::ipc::IpcHandle;
 use crate::module::{self, KernelSet};
 use crate::nccl::{NcclComm, NcclId};
 use crate::protocol::digest::{Digest, check_agreement};
-use crate::protocol::grid::LaunchShape;
+use crate::protocol::launch::LaunchShape;
 use crate::protocol::layout::{BufferPlan, Capacities};
 use crate::protocol::reach::{self, Decision};
 use crate::rendezvous::nccl::NcclRendezvous;

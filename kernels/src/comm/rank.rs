@@ -16,7 +16,7 @@ use crate::error::{DriverContext, Error, Result};
 use crate::module::KernelSet;
 use crate::nccl::{Ended, NcclComm};
 use crate::protocol::fault::DeviceFault;
-use crate::protocol::grid::LaunchShape;
+use crate::protocol::launch::LaunchShape;
 use crate::protocol::layout::Capacities;
 use crate::selection::Selector;
 use crate::vocab::{Arch, Link};
@@ -86,13 +86,13 @@ impl RankComm {
     }
 
     /// `Loopback` for a loopback world; `NvLink` or `Pcie` for real devices
-    /// (see [`crate::peer`] for how it is decided).
+    /// (NVLink when every pair has native peer atomics, else PCIe).
     pub fn link(&self) -> Link {
         self.link
     }
 
     /// What runs NCCL-selected and declined calls. A call run by the fallback
-    /// reports [`Algo::Nccl`](crate::Algo::Nccl) in either case.
+    /// reports [`Algo::Nccl`](policy::Algo::Nccl) in either case.
     pub fn fallback_kind(&self) -> Fallback {
         self.shared.fallback
     }

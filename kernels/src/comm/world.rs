@@ -14,7 +14,7 @@ use crate::module::{self, KernelSet};
 use crate::nccl::NcclComm;
 use crate::peer;
 use crate::protocol::MAX_WORLD;
-use crate::protocol::grid::LaunchShape;
+use crate::protocol::launch::LaunchShape;
 use crate::protocol::layout::{BufferPlan, Capacities};
 use crate::selection::{self, Selector};
 use crate::vocab::{Arch, Link};
@@ -276,7 +276,7 @@ pub(crate) fn launch_shape(
 }
 
 /// The compute capability of `ctx`'s device as an [`Arch`].
-pub(crate) fn arch_of(ctx: &CudaContext) -> Result<Arch> {
+pub fn arch_of(ctx: &CudaContext) -> Result<Arch> {
     let (major, minor) = ctx
         .compute_capability()
         .during("querying the compute capability")?;
@@ -284,7 +284,7 @@ pub(crate) fn arch_of(ctx: &CudaContext) -> Result<Arch> {
 }
 
 /// Streaming multiprocessors of `ctx`'s device.
-pub(crate) fn sm_count(ctx: &CudaContext) -> Result<u32> {
+pub fn sm_count(ctx: &CudaContext) -> Result<u32> {
     ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .map(|n| n as u32)
         .during("querying the SM count")

@@ -1,16 +1,16 @@
 //! Decoding of the two error words a kernel leaves in its rank's control block.
 //!
 //! Error word: kind in bits 0..8 ([`FAULT_TIMEOUT`]), kernel in 8..16
-//! ([`KernelKind`]), wait phase in 16..24 ([`WaitPhase`]). Info word: the peer
+//! ([`KernelId`]), wait phase in 16..24 ([`WaitPhase`]). Info word: the peer
 //! being waited for in bits 0..8, the block in 8..32.
 
-use super::{FAULT_TIMEOUT, KernelKind, WaitPhase};
+use super::{FAULT_TIMEOUT, KernelId, WaitPhase};
 
 /// A fault recorded on the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceFault {
     Timeout {
-        kernel: Option<KernelKind>,
+        kernel: Option<KernelId>,
         phase: Option<WaitPhase>,
         peer: usize,
         block: u32,
@@ -30,10 +30,10 @@ impl DeviceFault {
             return Some(DeviceFault::Unknown { error, info });
         }
         let kernel = match (error >> 8) & 0xff {
-            1 => Some(KernelKind::Push),
-            2 => Some(KernelKind::Pull),
-            3 => Some(KernelKind::TwoShot),
-            4 => Some(KernelKind::Reference),
+            1 => Some(KernelId::Push),
+            2 => Some(KernelId::Pull),
+            3 => Some(KernelId::TwoShot),
+            4 => Some(KernelId::Reference),
             _ => None,
         };
         let phase = match (error >> 16) & 0xff {
@@ -60,10 +60,10 @@ impl DeviceFault {
                 ..
             } => {
                 let kernel = match kernel {
-                    Some(KernelKind::Push) => "one_shot_push",
-                    Some(KernelKind::Pull) => "one_shot_pull",
-                    Some(KernelKind::TwoShot) => "two_shot_pull",
-                    Some(KernelKind::Reference) => "the loopback reference collective",
+                    Some(KernelId::Push) => "one_shot_push",
+                    Some(KernelId::Pull) => "one_shot_pull",
+                    Some(KernelId::TwoShot) => "two_shot_pull",
+                    Some(KernelId::Reference) => "the loopback reference collective",
                     None => "an unknown kernel",
                 };
                 let phase = match phase {
@@ -106,7 +106,7 @@ mod tests {
         assert_eq!(
             fault,
             DeviceFault::Timeout {
-                kernel: Some(KernelKind::TwoShot),
+                kernel: Some(KernelId::TwoShot),
                 phase: Some(WaitPhase::Barrier2),
                 peer: 5,
                 block: 7

@@ -10,9 +10,13 @@
 pub mod decline;
 pub mod digest;
 pub mod fault;
-pub mod grid;
+pub mod launch;
+// The host mirrors of the CUDA rules: the unit tests and the protocol model
+// exercise all of them, the runtime only those it computes on the host.
+#[cfg_attr(not(test), allow(dead_code))]
 pub mod layout;
 pub mod reach;
+#[cfg_attr(not(test), allow(dead_code))]
 pub mod sequence;
 
 #[cfg(test)]
@@ -43,7 +47,7 @@ pub const STAGING_HALVES: u64 = 2;
 /// uses), read when the block starts and rewritten by its thread 0 right away:
 /// no block ever waits for another block of its own kernel, and there is no
 /// end-of-kernel hand-over. This needs every kernel of a rank to launch the
-/// same grid (see [`LaunchShape::grid`](crate::protocol::grid::LaunchShape::grid)): block b then sees every
+/// same grid (see [`LaunchShape::grid`](crate::protocol::launch::LaunchShape::grid)): block b then sees every
 /// call. The sequence counters and barrier flags are 64-bit, so they never wrap
 /// in practice: a per-block flag left behind by calls that gave its block no
 /// work cannot read as "arrived" after 2^31 calls, as 32-bit flags could.
@@ -105,10 +109,12 @@ pub mod ctrl {
     }
 }
 
-/// Which kernel reported a device fault (the CUDA code uses the same numbers).
+/// The number a kernel family writes into its error word when it faults
+/// (`CT_KERNEL_*` in the CUDA code): which kernel reported a device fault.
+/// Not `module::KernelKind`, which picks the kernel to launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
-pub enum KernelKind {
+pub enum KernelId {
     Push = 1,
     Pull = 2,
     TwoShot = 3,
@@ -145,15 +151,15 @@ pub fn cuda_prelude() -> String {
         ("CT_STATE_PULL_USE", ctrl::STATE_PULL_USE.to_string()),
         ("CT_CTRL_FLAGS", ctrl::FLAGS.to_string()),
         ("CT_ERR_TIMEOUT", format!("{FAULT_TIMEOUT}u")),
-        ("CT_KERNEL_PUSH", format!("{}u", KernelKind::Push as u32)),
-        ("CT_KERNEL_PULL", format!("{}u", KernelKind::Pull as u32)),
+        ("CT_KERNEL_PUSH", format!("{}u", KernelId::Push as u32)),
+        ("CT_KERNEL_PULL", format!("{}u", KernelId::Pull as u32)),
         (
             "CT_KERNEL_TWO_SHOT",
-            format!("{}u", KernelKind::TwoShot as u32),
+            format!("{}u", KernelId::TwoShot as u32),
         ),
         (
             "CT_KERNEL_REFERENCE",
-            format!("{}u", KernelKind::Reference as u32),
+            format!("{}u", KernelId::Reference as u32),
         ),
         ("CT_PHASE_DATA", format!("{}u", WaitPhase::Data as u32)),
         (
@@ -172,7 +178,7 @@ pub fn cuda_prelude() -> String {
     out
 }
 
-/// Replaces every 32-bit word equal to [`SENTINEL`] by 0, as the push kernels do
+/// Replaces every 32-bit word equal to `SENTINEL` (0x8000_0000) by 0, as the push kernels do
 /// on the way out (the one documented bit change). Host references use this to
 /// predict the push algorithms' results. A trailing partial word is left alone.
 pub fn replace_sentinel_words(bytes: &mut [u8]) {

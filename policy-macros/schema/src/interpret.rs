@@ -28,12 +28,8 @@ pub fn table_arch(docs: &[Document], arch: Arch, link: Link) -> Option<Arch> {
 /// The file that answers queries for `(arch, link)`, per the rule above.
 pub fn platform_for(docs: &[Document], arch: Arch, link: Link) -> Option<&Document> {
     let same_link = || docs.iter().filter(move |d| d.platform.link == link);
-    if let Some(exact) = same_link().find(|d| d.platform.arch == arch) {
-        return Some(exact);
-    }
-    same_link()
-        .filter(|d| d.platform.arch.major == arch.major && d.platform.arch.minor <= arch.minor)
-        .max_by_key(|d| d.platform.arch.minor)
+    let answering = arch.answered_by(same_link().map(|d| d.platform.arch))?;
+    same_link().find(|d| d.platform.arch == answering)
 }
 
 /// The table that answers `q`, if any.

@@ -12,6 +12,24 @@
 //! - [`interpret`]: the reference meaning of a set of documents;
 //! - [`folder::load_folder`]: all of the above for a folder of files;
 //! - [`merge::merge`]: new tables into an existing file, keeping the rest.
+//!
+//! Underneath all of them, without the `parse` feature (what `policy` and so
+//! every engine builds): the vocabulary ([`vocab`]: [`Algo`], [`Arch`],
+//! [`Query`], … and the rules written once on it, such as
+//! [`Arch::answered_by`], the arch fallback), the document types
+//! ([`document`]) and byte sizes as people write them ([`size`]).
+//!
+//! ```
+//! use tuned_schema::size::{format_size, parse_size};
+//! use tuned_schema::Arch;
+//!
+//! assert_eq!(parse_size("448KiB"), Ok(448 * 1024));
+//! assert_eq!(format_size(1152 * 1024), "1152KiB");
+//! // sm103 has no file of its own: sm100's answers, never another major's.
+//! let files = [Arch::SM90, Arch::SM100];
+//! assert_eq!(Arch::from_compute_capability(10, 3).answered_by(files), Some(Arch::SM100));
+//! assert_eq!(Arch::from_compute_capability(12, 0).answered_by(files), None);
+//! ```
 
 pub mod diagnostic;
 pub mod document;

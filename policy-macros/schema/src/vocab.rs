@@ -61,6 +61,19 @@ impl Arch {
         Arch { major, minor }
     }
 
+    /// The arch-fallback rule, written once: of the architectures that have a
+    /// file for a link (`available`), the one whose file answers queries for
+    /// `self` — `self` itself, else the same major's highest minor not above
+    /// `self`'s (sm103 uses sm100), else none (and then every query selects
+    /// NCCL). The interpreter, the generated `table_arch` and the generated
+    /// `select`'s platform lookup are all derived from this.
+    pub fn answered_by(self, available: impl IntoIterator<Item = Arch>) -> Option<Arch> {
+        available
+            .into_iter()
+            .filter(|a| a.major == self.major && a.minor <= self.minor)
+            .max_by_key(|a| a.minor)
+    }
+
     /// Parses `sm80`, `sm90`, `sm100`, `sm103`: the last digit is the minor version.
     pub fn from_name(name: &str) -> Option<Self> {
         let digits = name.strip_prefix("sm")?;

@@ -97,16 +97,20 @@ impl<'f> Layout<'f> {
             + k.mode as usize
     }
 
-    /// The slot of the file answering (link, major, minor): exact, else the highest
-    /// minor not above with the same link and major, else none.
+    /// The slot of the file answering (link, major, minor), by the one
+    /// arch-fallback rule ([`tuned_schema::Arch::answered_by`]), else none.
     fn platform_slot(&self, link: Link, major: u8, minor: u8) -> usize {
-        self.files
-            .iter()
-            .enumerate()
-            .map(|(slot, f)| (slot, f.document.platform.link, f.document.platform.arch))
-            .filter(|&(_, l, a)| l == link && a.major == major && a.minor <= minor)
-            .max_by_key(|&(_, _, a)| a.minor)
-            .map_or(self.no_file(), |(slot, _, _)| slot)
+        let on_link = || {
+            self.files
+                .iter()
+                .enumerate()
+                .map(|(slot, f)| (slot, &f.document.platform))
+                .filter(move |(_, p)| p.link == link)
+        };
+        tuned_schema::Arch::from_compute_capability(major, minor)
+            .answered_by(on_link().map(|(_, p)| p.arch))
+            .and_then(|arch| on_link().find(|(_, p)| p.arch == arch))
+            .map_or(self.no_file(), |(slot, _)| slot)
     }
 
     pub fn platform_offset_tokens(&self) -> TokenStream {

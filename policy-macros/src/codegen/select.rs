@@ -11,36 +11,46 @@ use tuned_schema::{Link, Mode};
 use super::layout::Layout;
 use super::tokens;
 
-/// `table_arch(arch, link)`: the rule for architectures with no file of their own.
-///
-/// For each (link, major) the files' minors m1 < m2 < … become ranges
-/// `m1..=m2-1 → m1`, …, `mk..=255 → mk`; minors below m1 have no table.
+/// `table_arch(arch, link)`: the arch-fallback rule
+/// ([`tuned_schema::Arch::answered_by`]) evaluated here for every (link, major,
+/// minor) of the files' links and majors, as `match` arms over minor ranges
+/// (`m1..=m2-1 → m1`, …, `mk..=255 → mk`; minors below m1 have no table).
 pub fn table_arch_fn(files: &[&ParsedFile]) -> TokenStream {
-    let mut minors: BTreeMap<(Link, u8), Vec<u8>> = BTreeMap::new();
+    let mut archs: BTreeMap<(Link, u8), Vec<tuned_schema::Arch>> = BTreeMap::new();
     for file in files {
         let p = &file.document.platform;
-        minors
+        archs
             .entry((p.link, p.arch.major))
             .or_default()
-            .push(p.arch.minor);
+            .push(p.arch);
     }
-    let arms = minors.into_iter().flat_map(|((link, major), mut list)| {
-        list.sort_unstable();
-        list.dedup();
-        let ends: Vec<u8> = list
-            .iter()
-            .skip(1)
-            .map(|next| next - 1)
-            .chain([u8::MAX])
-            .collect();
+    let mut arms = Vec::new();
+    for ((link, major), available) in archs {
+        // Runs of minors that the rule sends to the same file.
+        let mut run: Option<(u8, u8, tuned_schema::Arch)> = None;
+        let mut runs = Vec::new();
+        for minor in 0..=u8::MAX {
+            let answer = tuned_schema::Arch::from_compute_capability(major, minor)
+                .answered_by(available.iter().copied());
+            run = match (run, answer) {
+                (Some((low, _, arch)), Some(a)) if a == arch => Some((low, minor, arch)),
+                (previous, answer) => {
+                    runs.extend(previous);
+                    answer.map(|a| (minor, minor, a))
+                }
+            };
+        }
+        runs.extend(run);
         let link = tokens::link(link);
         let major_lit = tokens::u8_lit(major);
-        list.into_iter().zip(ends).map(move |(minor, end)| {
-            let arch = tokens::arch(tuned_schema::Arch::from_compute_capability(major, minor));
-            let (low, high) = (tokens::u8_lit(minor), tokens::u8_lit(end));
-            quote! { (#link, #major_lit, #low..=#high) => ::core::option::Option::Some(#arch), }
-        })
-    });
+        for (low, high, arch) in runs {
+            let arch = tokens::arch(arch);
+            let (low, high) = (tokens::u8_lit(low), tokens::u8_lit(high));
+            arms.push(
+                quote! { (#link, #major_lit, #low..=#high) => ::core::option::Option::Some(#arch), },
+            );
+        }
+    }
     quote! {
         /// The architecture whose file answers queries for `(arch, link)`: the file
         /// with exactly that arch and link, else the one with the same link and major

@@ -1,7 +1,7 @@
 //! The GPU backend: worlds of real devices (or a loopback world on GPU 0)
 //! through `kernels`, timed with CUDA events, verified against a host reference.
 //!
-//! - The link is what the driver's peer attributes say (`kernels::peer`:
+//! - The link is what the driver's peer attributes say (`kernels::raw::pair_link`:
 //!   NVLink when every pair has native peer atomics, else PCIe); only world
 //!   sizes whose GPUs share the machine's link are offered, so one file never
 //!   mixes links.
@@ -15,16 +15,16 @@
 
 use std::collections::HashMap;
 
-use kernels::timing::{self, DeviceInfo, TimingSpec};
+use crate::harness::timing::{self, DeviceInfo, TimingSpec};
 use kernels::{Options, RankComm};
 use tuned_schema::{Algo, CapacityEntry, Collective, DType, Link, TableKey};
 
-use super::{Backend, BackendError, PlatformDesc, Repetitions, Verified};
+use super::{Backend, BackendError, PlatformDesc, Repetitions, Validated};
 use crate::evidence::key_name;
 use crate::stats;
 
 /// The most ranks the kernels serve in one world.
-const MAX_WORLD: usize = kernels::protocol::MAX_WORLD;
+const MAX_WORLD: usize = kernels::raw::MAX_WORLD;
 
 /// Why no GPU backend could be opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,7 +59,7 @@ impl GpuBackend {
     /// Finds the GPUs and their link; checks sizes up to `verify_max_bytes`
     /// against the host reference (larger ones are timed unchecked).
     pub fn open(loopback: bool, verify_max_bytes: u64) -> Result<GpuBackend, OpenError> {
-        kernels::ffi::require_driver()
+        kernels::raw::require_driver()
             .map_err(|_| OpenError::NoGpu("libcuda not loadable".to_string()))?;
         let devices = timing::discover()
             .map_err(|e| OpenError::NoGpu(format!("the driver lists no usable GPU: {e}")))?;
@@ -95,7 +95,7 @@ impl GpuBackend {
         };
         let context = cudarc::driver::CudaContext::new(0)
             .map_err(|e| OpenError::NoGpu(format!("cannot open GPU 0: {e}")))?;
-        let info = timing::platform_info(&context).map_err(|e| OpenError::Other(e.to_string()))?;
+        let info = timing::gpu_stack(&context).map_err(|e| OpenError::Other(e.to_string()))?;
         let platform = PlatformDesc {
             arch: first.arch,
             link,
@@ -167,15 +167,20 @@ impl Backend for GpuBackend {
         self.world_sizes.clone()
     }
 
-    fn verify(&mut self, key: TableKey, algo: Algo, bytes: u64) -> Result<Verified, BackendError> {
+    fn validate(
+        &mut self,
+        key: TableKey,
+        algo: Algo,
+        bytes: u64,
+    ) -> Result<Validated, BackendError> {
         if bytes > self.verify_max_bytes {
-            return Ok(Verified::Skipped);
+            return Ok(Validated::Skipped);
         }
         let id = (key.collective, key.world_size, key.dtype, algo, bytes);
         if let Some(outcome) = self.checked.get(&id) {
             return outcome
                 .clone()
-                .map(|()| Verified::Yes)
+                .map(|()| Validated::Yes)
                 .map_err(BackendError);
         }
         let seed = stats::seed_for(&format!(
@@ -184,13 +189,13 @@ impl Backend for GpuBackend {
             algo.name()
         ));
         let ranks = self.ranks(key.world_size)?;
-        let result = timing::verify(ranks, key.collective, key.dtype, algo, bytes, seed);
+        let result = timing::validate(ranks, key.collective, key.dtype, algo, bytes, seed);
         if let Err(e) = &result {
             self.forget_world_after(e);
         }
         let outcome = result.map_err(|e| e.to_string());
         self.checked.insert(id, outcome.clone());
-        outcome.map(|()| Verified::Yes).map_err(BackendError)
+        outcome.map(|()| Validated::Yes).map_err(BackendError)
     }
 
     fn measure(
@@ -329,7 +334,7 @@ mod tests {
     #[test]
     fn without_a_driver_opening_says_no_gpu() {
         // On machines without libcuda (CI, laptops) this is the path taken.
-        if kernels::ffi::require_driver().is_ok() {
+        if kernels::raw::require_driver().is_ok() {
             return;
         }
         match GpuBackend::open(false, 1 << 26) {

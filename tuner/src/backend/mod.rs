@@ -38,12 +38,13 @@ pub struct Repetitions {
     pub warmup: u32,
 }
 
-/// The outcome of a verification that found nothing wrong.
+/// The outcome of a validation (a check against the reference) that found
+/// nothing wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verified {
+pub enum Validated {
     /// Every rank's output matched the reference.
     Yes,
-    /// Not checked: the size is above the backend's verification limit.
+    /// Not checked: the size is above the backend's validation limit.
     Skipped,
 }
 
@@ -76,7 +77,12 @@ pub trait Backend {
     /// Runs `algo` once on seeded data and compares every rank's output with a
     /// reference. `Err` says what differed (or why the kernel declined the
     /// size); `Skipped` when the backend does not check sizes this large.
-    fn verify(&mut self, key: TableKey, algo: Algo, bytes: u64) -> Result<Verified, BackendError>;
+    fn validate(
+        &mut self,
+        key: TableKey,
+        algo: Algo,
+        bytes: u64,
+    ) -> Result<Validated, BackendError>;
 
     /// Per-call times in µs (the maximum over ranks), one per sample.
     fn measure(

@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use statrs::distribution::{ContinuousCDF, Normal};
 use tuned_schema::{Algo, Arch, Capacity, CapacityEntry, Collective, Link, Mode, TableKey};
 
-use super::{Backend, BackendError, PlatformDesc, Repetitions, Verified};
+use super::{Backend, BackendError, PlatformDesc, Repetitions, Validated};
 
 /// The latency of one algorithm as a function of the message size.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -92,7 +92,7 @@ const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
 impl SyntheticConfig {
-    /// An H200-like platform with planted crossovers (see [`PLANTED`]) and the
+    /// An H200-like platform with planted crossovers (see [`planted_lines`]) and the
     /// default capacities, at the given noise level.
     pub fn planted(noise_cv: f64, seed: u64) -> SyntheticConfig {
         let start = LatencyModel {
@@ -261,14 +261,19 @@ impl Backend for SyntheticBackend {
             .collect()
     }
 
-    fn verify(&mut self, key: TableKey, algo: Algo, bytes: u64) -> Result<Verified, BackendError> {
+    fn validate(
+        &mut self,
+        key: TableKey,
+        algo: Algo,
+        bytes: u64,
+    ) -> Result<Validated, BackendError> {
         if self.config.broken.contains(&(key.collective, algo)) {
             return Err(BackendError(format!(
                 "{} returned a wrong sum at {bytes} bytes (synthetic fault)",
                 algo.name()
             )));
         }
-        Ok(Verified::Yes)
+        Ok(Validated::Yes)
     }
 
     fn measure(
@@ -412,7 +417,7 @@ mod tests {
             .push((Collective::AllReduce, Algo::OneShotPull));
         let mut b = SyntheticBackend::new(config);
         let k = key(Collective::AllReduce);
-        assert!(b.verify(k, Algo::OneShotPull, 4096).is_err());
-        assert!(b.verify(k, Algo::OneShotPush, 4096).is_ok());
+        assert!(b.validate(k, Algo::OneShotPull, 4096).is_err());
+        assert!(b.validate(k, Algo::OneShotPush, 4096).is_ok());
     }
 }

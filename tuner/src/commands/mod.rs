@@ -5,6 +5,7 @@
 use std::fmt;
 
 mod args;
+mod bench;
 mod explain;
 mod fit;
 mod plot;
@@ -13,6 +14,7 @@ mod sweep;
 mod verify;
 
 pub use args::{BackendArgs, FitArgs, KeyArgs};
+pub use bench::{BenchArgs, bench};
 pub use explain::{ExplainArgs, explain};
 pub use fit::{FitCommandArgs, fit};
 pub use plot::{PlotArgs, plot};

@@ -32,10 +32,10 @@ pub fn run(cli: &Cli) -> u8 {
 
 fn launch(cli: &Cli) -> Result<u8, String> {
     let world = cli.world_size;
-    if world == 0 || world > kernels::protocol::MAX_WORLD {
+    if world == 0 || world > kernels::raw::MAX_WORLD {
         return Err(format!(
             "--world-size {world}: 1..={}",
-            kernels::protocol::MAX_WORLD
+            kernels::raw::MAX_WORLD
         ));
     }
     if let Some(k) = cli.kill_rank.filter(|&k| k >= world) {
@@ -43,7 +43,7 @@ fn launch(cli: &Cli) -> Result<u8, String> {
             "--kill-rank {k} is not a rank of a world of {world}"
         ));
     }
-    kernels::ffi::require_driver().map_err(|e| e.to_string())?;
+    kernels::raw::require_driver().map_err(|e| e.to_string())?;
     let gpus = CudaContext::device_count().map_err(|e| format!("counting GPUs: {e:?}"))? as usize;
     if gpus == 0 {
         return Err("no GPU is visible".into());
@@ -59,7 +59,7 @@ fn launch(cli: &Cli) -> Result<u8, String> {
         Gpus::OnePerGpu => true,
     };
     let join = match cli.join_by {
-        JoinBy::Auto if one_per_gpu && kernels::ffi::nccl_present() => "nccl",
+        JoinBy::Auto if one_per_gpu && kernels::raw::nccl_present() => "nccl",
         JoinBy::Auto | JoinBy::Files => "files",
         JoinBy::Nccl => "nccl",
     };

@@ -8,9 +8,10 @@
 
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
-use kernels::timing::poison;
-use kernels::validation::{check_all_gather, check_all_reduce_of, random_inputs};
-use kernels::{Algo, Collective, DType, Element, Error, RankComm, Select};
+use kernels::{Element, Error, RankComm, Select};
+use policy::{Algo, Collective, DType};
+use tuner::harness::timing::poison;
+use tuner::harness::validation::{check_all_gather, check_all_reduce_of, random_inputs};
 
 use crate::worker::{Failure, exact, hash_of};
 use crate::{Cli, code};

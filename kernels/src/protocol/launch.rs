@@ -59,7 +59,7 @@ impl LaunchShape {
     }
 
     /// The default shape: on a loopback world the GPU's SMs are split between
-    /// the ranks (at most [`DEFAULT_LOOPBACK_BLOCKS`] each); on real devices
+    /// the ranks (at most `DEFAULT_LOOPBACK_BLOCKS`, 32, each); on real devices
     /// each rank has a GPU of its own and uses one block per SM, which large
     /// messages need to keep enough NVLink traffic in flight (see
     /// [`LaunchShape::grid`]).
@@ -77,7 +77,7 @@ impl LaunchShape {
 
     /// The grid of every kernel of a rank: always `max_blocks` blocks. Each
     /// block keeps its own copy of the rank's call state (see
-    /// [`ctrl`](super::ctrl)), so every kernel of a rank must launch the same
+    /// `protocol::ctrl`), so every kernel of a rank must launch the same
     /// grid; a block that a small message gives no work only updates its state
     /// and returns. Measured on 2 x H200 (NVLink): one block per SM beat 32
     /// blocks at every size from 256 KiB up and tied below, where only the

@@ -1,5 +1,5 @@
-//! Measuring and verifying collectives on the GPUs of a world, for the tuner and
-//! the bench, plus what the platform is.
+//! Measuring and verifying collectives on the GPUs of a world, for the sweep and
+//! `tuner bench`, plus what the platform is.
 //!
 //! Timing is on the GPU with events, per rank, each rank driven by its own
 //! thread; a sample is the per-call time of the slowest rank. In graph mode,
@@ -8,9 +8,9 @@
 //! engine pays. In eager mode a sample times `calls_per_sample` launches.
 //!
 //! Samples run back to back on each stream, an event between consecutive ones,
-//! after one host rendezvous and one untimed round: the ranks then run in the
+//! after one host barrier and one untimed round: the ranks then run in the
 //! lockstep their collectives impose, as in an engine's forward pass. (A host
-//! rendezvous before every sample would add the threads' wake-up skew, several
+//! barrier before every sample would add the threads' wake-up skew, several
 //! µs, to every sample: with one call per sample that doubled the per-call time
 //! of megabyte messages and made the curves jump wherever `calls_per_sample`
 //! changed.)
@@ -20,15 +20,12 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, result as driver, sys};
 use half::{bf16, f16};
 
-use crate::comm::{Fallback, RankComm, Select, World, arch_of, sm_count};
-use crate::concurrent::for_each_rank;
-use crate::element::Element;
-use crate::error::{DriverContext, Error, Result};
-use crate::ffi;
-use crate::nccl::nccl_version;
-use crate::peer::{PairLink, pair_link};
-use crate::validation::{self, POISON_BYTE};
-use crate::vocab::{Algo, Arch, Collective, DType, Link, Mode};
+use kernels::raw::{self, DriverContext, PairLink, arch_of, nccl_version, pair_link, sm_count};
+use kernels::{Element, Error, Fallback, Options, RankComm, Result, Select, World};
+use policy::{Algo, Arch, Collective, DType, Link, Mode};
+
+use super::concurrent::for_each_rank;
+use super::validation::{self, POISON_BYTE};
 
 /// What to time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +56,7 @@ pub fn measure(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
 /// signed zeros), outputs poisoned beforehand, and checks every rank's output
 /// against an f64 host reference and (except for multi-GPU NCCL, which does not
 /// promise it) that all ranks hold the same bits.
-pub fn verify(
+pub fn validate(
     ranks: &mut [RankComm],
     collective: Collective,
     dtype: DType,
@@ -68,9 +65,9 @@ pub fn verify(
     seed: u64,
 ) -> Result<()> {
     match dtype {
-        DType::Bf16 => verify_typed::<bf16>(ranks, collective, algo, bytes, seed),
-        DType::F16 => verify_typed::<f16>(ranks, collective, algo, bytes, seed),
-        DType::F32 => verify_typed::<f32>(ranks, collective, algo, bytes, seed),
+        DType::Bf16 => validate_typed::<bf16>(ranks, collective, algo, bytes, seed),
+        DType::F16 => validate_typed::<f16>(ranks, collective, algo, bytes, seed),
+        DType::F32 => validate_typed::<f32>(ranks, collective, algo, bytes, seed),
     }
 }
 
@@ -202,7 +199,7 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
         .map(|(rank, input)| prepare(rank, input, out_len))
         .collect::<Result<Vec<_>>>()?;
     let how = Select::Force(spec.algo);
-    let per_rank = for_each_rank(ranks, tensors, |rank, mut t, rendezvous| {
+    let per_rank = for_each_rank(ranks, tensors, |rank, mut t, barrier| {
         let stream = rank.stream().clone();
         let ctx = stream.context().clone();
         // samples + 1 events: sample i is the time between marks i and i + 1.
@@ -219,7 +216,7 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
                     call_once(rank, spec.collective, &mut t, how)?;
                 }
                 rank.check()?;
-                rendezvous.wait(rank.rank())?;
+                barrier.wait(rank.rank())?;
                 // One untimed round absorbs the skew of the threads' start.
                 for _ in 0..calls {
                     call_once(rank, spec.collective, &mut t, how)?;
@@ -246,7 +243,7 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
                     graph.launch().during("replaying a graph")?;
                 }
                 rank.check()?;
-                rendezvous.wait(rank.rank())?;
+                barrier.wait(rank.rank())?;
                 graph.launch().during("replaying a graph")?;
                 marks[0]
                     .record(&stream)
@@ -272,7 +269,7 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
         .collect())
 }
 
-fn verify_typed<T: Element>(
+fn validate_typed<T: Element>(
     ranks: &mut [RankComm],
     collective: Collective,
     algo: Algo,
@@ -334,9 +331,10 @@ fn verify_typed<T: Element>(
     Ok(())
 }
 
-/// What the GPU and its software stack are.
+/// What a GPU is and which software stack (driver, CUDA, NVRTC,
+/// NCCL) runs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlatformInfo {
+pub struct GpuStack {
     pub gpu_name: String,
     pub arch: Arch,
     pub sm_count: u32,
@@ -348,10 +346,10 @@ pub struct PlatformInfo {
     pub nccl_version: Option<String>,
 }
 
-pub fn platform_info(ctx: &Arc<CudaContext>) -> Result<PlatformInfo> {
-    ffi::require_driver()?;
-    let cuda = ffi::driver_cuda_version()?;
-    Ok(PlatformInfo {
+pub fn gpu_stack(ctx: &Arc<CudaContext>) -> Result<GpuStack> {
+    raw::require_driver()?;
+    let cuda = raw::driver_cuda_version()?;
+    Ok(GpuStack {
         gpu_name: ctx.name().during("querying the GPU name")?,
         arch: arch_of(ctx)?,
         sm_count: sm_count(ctx)?,
@@ -375,7 +373,7 @@ fn kernel_driver_version() -> Option<String> {
 }
 
 fn nvrtc_version() -> Option<String> {
-    ffi::require_nvrtc().ok()?;
+    raw::require_nvrtc().ok()?;
     let (mut major, mut minor) = (0, 0);
     // SAFETY: writes two ints.
     let result = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
@@ -406,7 +404,7 @@ impl DeviceInfo {
 
 /// Every visible GPU and the pairwise links between them.
 pub fn discover() -> Result<Vec<DeviceInfo>> {
-    ffi::require_driver()?;
+    raw::require_driver()?;
     let count = CudaContext::device_count().during("counting GPUs")? as usize;
     let contexts = (0..count)
         .map(|i| CudaContext::new(i).during("opening a GPU"))
@@ -436,9 +434,9 @@ pub fn discover() -> Result<Vec<DeviceInfo>> {
 pub fn build_world(
     loopback_ranks: Option<usize>,
     devices: &[usize],
-    options: crate::Options,
+    options: Options,
 ) -> Result<Vec<RankComm>> {
-    ffi::require_driver()?;
+    raw::require_driver()?;
     match loopback_ranks {
         Some(n) => {
             let ctx =

@@ -26,9 +26,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaEvent, CudaSlice};
-use kernels::timing::poison;
-use kernels::validation::{check_all_gather, check_all_reduce_of, random_inputs};
-use kernels::{Algo, Collective, Element, Mode, RankComm, Select};
+use kernels::{Element, RankComm, Select};
+use policy::{Algo, Collective, Mode};
+use tuner::harness::timing::poison;
+use tuner::harness::validation::{check_all_gather, check_all_reduce_of, random_inputs};
 
 use crate::worker::{Failure, exact, hash_of, leave};
 use crate::{Cli, code, watch};

@@ -8,12 +8,11 @@
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use crate::comm::RankComm;
-use crate::error::{Error, Result};
+use kernels::{Error, RankComm, Result};
 
 /// A reusable barrier for the rank threads that gives up when a rank fails,
 /// so one failure never leaves the others waiting forever.
-pub struct Rendezvous {
+pub struct RankBarrier {
     state: Mutex<State>,
     wake: Condvar,
     parties: usize,
@@ -25,9 +24,9 @@ struct State {
     failed: bool,
 }
 
-impl Rendezvous {
-    pub fn new(parties: usize) -> Rendezvous {
-        Rendezvous {
+impl RankBarrier {
+    pub fn new(parties: usize) -> RankBarrier {
+        RankBarrier {
             state: Mutex::new(State {
                 arrived: 0,
                 generation: 0,
@@ -73,27 +72,27 @@ impl Rendezvous {
     }
 }
 
-/// Runs `work(rank, state, rendezvous)` for every rank on its own thread and
+/// Runs `work(rank, state, barrier)` for every rank on its own thread and
 /// returns the results in rank order, or the first error that is not merely a
 /// consequence of another rank's failure.
 pub fn for_each_rank<S, R, F>(ranks: &mut [RankComm], states: Vec<S>, work: F) -> Result<Vec<R>>
 where
     S: Send,
     R: Send,
-    F: Fn(&mut RankComm, S, &Rendezvous) -> Result<R> + Sync,
+    F: Fn(&mut RankComm, S, &RankBarrier) -> Result<R> + Sync,
 {
     assert_eq!(ranks.len(), states.len(), "one state per rank");
-    let rendezvous = Rendezvous::new(ranks.len());
+    let barrier = RankBarrier::new(ranks.len());
     let results: Vec<Result<R>> = std::thread::scope(|scope| {
         let handles: Vec<_> = ranks
             .iter_mut()
             .zip(states)
             .map(|(rank, state)| {
-                let (work, rendezvous) = (&work, &rendezvous);
+                let (work, barrier) = (&work, &barrier);
                 scope.spawn(move || {
-                    let result = work(rank, state, rendezvous);
+                    let result = work(rank, state, barrier);
                     if result.is_err() {
-                        rendezvous.fail();
+                        barrier.fail();
                     }
                     result
                 })
@@ -130,8 +129,8 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn rendezvous_releases_everyone_each_round() {
-        let r = Arc::new(Rendezvous::new(3));
+    fn barrier_releases_everyone_each_round() {
+        let r = Arc::new(RankBarrier::new(3));
         let handles: Vec<_> = (0..3)
             .map(|i| {
                 let r = r.clone();
@@ -143,7 +142,7 @@ mod tests {
 
     #[test]
     fn a_failure_releases_the_waiters() {
-        let r = Arc::new(Rendezvous::new(2));
+        let r = Arc::new(RankBarrier::new(2));
         let waiter = {
             let r = r.clone();
             std::thread::spawn(move || r.wait(0))

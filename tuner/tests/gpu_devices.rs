@@ -1,18 +1,19 @@
 //! GPU tests across real GPUs (one rank per GPU, single process). With fewer
 //! than two GPUs they print why and pass; without any GPU they fail.
 
-mod common;
+mod gpu_common;
 
 use std::sync::Arc;
 
-use common::{Case, Placement, Suite, device_count, eager, gpu, graph};
 use cudarc::driver::{CudaContext, CudaSlice};
+use gpu_common::{Case, Placement, Suite, device_count, eager, gpu, graph};
 use half::bf16;
-use kernels::concurrent::for_each_rank;
-use kernels::validation::{
+use kernels::{Element, Fallback, Options, RankComm, Select, World};
+use policy::{Algo, Collective, Mode};
+use tuner::harness::concurrent::for_each_rank;
+use tuner::harness::validation::{
     check_all_gather, check_all_reduce, check_nccl_all_reduce, random_inputs,
 };
-use kernels::{Algo, Collective, Element, Fallback, Mode, Options, RankComm, Select, World};
 
 const SWEEP_BYTES: [usize; 5] = [16, 592, 65_552, 1 << 20, 8 << 20];
 

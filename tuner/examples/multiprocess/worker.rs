@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaContext;
 use half::{bf16, f16};
-use kernels::protocol::digest::fnv1a;
-use kernels::timing::poison;
-use kernels::validation::{check_all_reduce_of, random_inputs};
+use kernels::raw::fnv1a;
 use kernels::{
-    Algo, DType, Element, Error, Fallback, FileRendezvous, Join, Mode, NcclId, Options,
-    ProcessSpec, RankComm, Rendezvous, Select, World,
+    Element, Error, Fallback, FileRendezvous, Join, NcclId, Options, ProcessSpec, RankComm,
+    Rendezvous, Select, World,
 };
+use policy::{Algo, DType, Mode};
+use tuner::harness::timing::poison;
+use tuner::harness::validation::{check_all_reduce_of, random_inputs};
 
 use crate::{Cli, KillMode, Mismatch, code, env, watch};
 

@@ -5,18 +5,17 @@
 //! saying so. Each test prints a progress line per group of cases and collects
 //! failures, so one run shows everything that is wrong.
 
-mod common;
+mod gpu_common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Case, NEEDS_GPU, Placement, Suite, eager, gpu, graph};
 use cudarc::driver::CudaContext;
+use gpu_common::{Case, NEEDS_GPU, Placement, Suite, eager, gpu, graph};
 use half::{bf16, f16};
-use kernels::timing::{TimingSpec, measure, verify};
-use kernels::{
-    Algo, Collective, DType, Element, Error, Fallback, Mode, Options, RankComm, Select, World,
-};
+use kernels::{Element, Error, Fallback, Options, RankComm, Select, World};
+use policy::{Algo, Collective, DType, Mode};
+use tuner::harness::timing::{TimingSpec, measure, validate};
 
 const MIB: usize = 1 << 20;
 /// Bytes each rank contributes in the size sweep: powers of two and odd
@@ -648,7 +647,7 @@ fn timing_measure_and_verify() {
     ] {
         suite.record(
             &format!("verify {}", algo.name()),
-            verify(
+            validate(
                 &mut ranks,
                 Collective::AllReduce,
                 DType::Bf16,
@@ -688,7 +687,7 @@ fn timing_measure_and_verify() {
     }
     suite.record(
         "verify all_gather one_shot_pull",
-        verify(
+        validate(
             &mut ranks,
             Collective::AllGather,
             DType::F16,
@@ -715,14 +714,14 @@ fn timing_measure_and_verify() {
             other => Err(format!("got {other:?}")),
         },
     );
-    let info = kernels::timing::platform_info(&ctx).map_err(|e| e.to_string());
+    let info = tuner::harness::timing::gpu_stack(&ctx).map_err(|e| e.to_string());
     if let Ok(info) = &info {
         eprintln!("   platform: {info:?}");
     }
     suite.record("platform_info", info);
     suite.record(
         "discover",
-        kernels::timing::discover().map_err(|e| e.to_string()),
+        tuner::harness::timing::discover().map_err(|e| e.to_string()),
     );
     suite.finish();
 }
@@ -772,7 +771,7 @@ fn loopback_pipelined_mixed_calls() {
             .iter()
             .enumerate()
             .map(|(i, &(_, _, n))| {
-                kernels::validation::random_inputs::<bf16>(world, n, 0xF000 + i as u64)
+                tuner::harness::validation::random_inputs::<bf16>(world, n, 0xF000 + i as u64)
             })
             .collect();
         let mut queues: Vec<Vec<Queued<bf16>>> = ranks
@@ -788,7 +787,7 @@ fn loopback_pipelined_mixed_calls() {
                             n
                         };
                         let mut output = stream.alloc_zeros::<bf16>(out_len).unwrap();
-                        kernels::timing::poison(stream, &mut output).unwrap();
+                        tuner::harness::timing::poison(stream, &mut output).unwrap();
                         Queued {
                             collective,
                             algo,
@@ -815,7 +814,7 @@ fn loopback_pipelined_mixed_calls() {
         };
         let started = Instant::now();
         let issued: kernels::Result<()> = if threaded {
-            kernels::concurrent::for_each_rank(
+            tuner::harness::concurrent::for_each_rank(
                 &mut ranks,
                 queues.iter_mut().collect(),
                 |rank, queue, _| {
@@ -852,14 +851,14 @@ fn loopback_pipelined_mixed_calls() {
                     .map(|(rank, queue)| rank.stream().clone_dtoh(&queue[call].output).unwrap())
                     .collect();
                 let pushed = algo == Algo::OneShotPush;
-                kernels::validation::check_identical(&outputs)
+                tuner::harness::validation::check_identical(&outputs)
                     .and_then(|()| match collective {
-                        Collective::AllReduce => kernels::validation::check_all_reduce(
+                        Collective::AllReduce => tuner::harness::validation::check_all_reduce(
                             &inputs[call],
                             &outputs[0],
                             pushed,
                         ),
-                        Collective::AllGather => kernels::validation::check_all_gather(
+                        Collective::AllGather => tuner::harness::validation::check_all_gather(
                             &inputs[call],
                             &outputs[0],
                             pushed,

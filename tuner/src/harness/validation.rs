@@ -1,6 +1,6 @@
 //! Host-side references for checking collectives: inputs sprinkled with special
 //! values, an f64 reference with dtype tolerances, and bitwise comparisons.
-//! Used by [`crate::timing::verify`] and by the GPU tests.
+//! Used by [`super::timing::validate`] and by the GPU tests.
 //!
 //! Special values and what is expected of them:
 //! - NaN, ±inf, subnormals pass through the sum as IEEE says (a NaN or
@@ -15,9 +15,9 @@
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::element::Element;
-use crate::protocol::{MAX_WORLD, replace_sentinel_words};
-use crate::vocab::DType;
+use kernels::Element;
+use kernels::raw::{MAX_WORLD, replace_sentinel_words};
+use policy::{Algo, DType};
 
 /// Byte written over outputs before a run, so an output the kernel never wrote
 /// cannot pass for a result: 0x5A5A is 1.5e16 as bf16, 203.25 as f16, and
@@ -152,9 +152,9 @@ pub fn check_nccl_all_reduce<T: Element>(inputs: &[Vec<T>], output: &[T]) -> Res
 
 /// Whether `ran` is the two-shot built as the Lamport experiment variant, which
 /// follows the push algorithms' sentinel rule.
-fn lamport_two_shot(ran: crate::vocab::Algo) -> bool {
-    ran == crate::vocab::Algo::TwoShotPull
-        && crate::module::experiment_defines()
+fn lamport_two_shot(ran: Algo) -> bool {
+    ran == Algo::TwoShotPull
+        && kernels::raw::experiment_defines()
             .iter()
             .any(|(name, _)| name == "CT_EXP_TWO_SHOT_LAMPORT")
 }
@@ -164,7 +164,7 @@ fn lamport_two_shot(ran: crate::vocab::Algo) -> bool {
 /// else (our kernels, the loopback reference, NCCL in a world of one) to
 /// [`check_all_reduce`].
 pub fn check_all_reduce_of<T: Element>(
-    ran: crate::vocab::Algo,
+    ran: Algo,
     nccl_across_gpus: bool,
     inputs: &[Vec<T>],
     output: &[T],
@@ -175,7 +175,7 @@ pub fn check_all_reduce_of<T: Element>(
         check_all_reduce(
             inputs,
             output,
-            ran == crate::vocab::Algo::OneShotPush || lamport_two_shot(ran),
+            ran == Algo::OneShotPush || lamport_two_shot(ran),
         )
     }
 }

@@ -8,12 +8,12 @@
 //! Two processes on one GPU are time-sliced (about 2.2 ms per exchange was seen
 //! on an H200): iteration counts are small, timeouts far above that.
 
-mod common;
+mod gpu_common;
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{NEEDS_GPU, device_count};
+use gpu_common::{NEEDS_GPU, device_count};
 
 fn launcher() -> PathBuf {
     if let Some(path) = std::env::var_os("COLLTUNE_MULTIPROCESS_EXE") {
@@ -25,7 +25,7 @@ fn launcher() -> PathBuf {
     let candidate = profile.join("examples").join("multiprocess");
     assert!(
         candidate.exists(),
-        "no {}: build it with `cargo build --release -p kernels --example multiprocess` or set \
+        "no {}: build it with `cargo build --release -p tuner --example multiprocess` or set \
          COLLTUNE_MULTIPROCESS_EXE",
         candidate.display()
     );

@@ -9,10 +9,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaGraph, CudaSlice, CudaStream, DevicePtrMut};
-use kernels::concurrent::for_each_rank;
-use kernels::timing::poison;
-use kernels::validation::{check_all_gather, check_all_reduce_of, check_identical, random_inputs};
-use kernels::{Algo, Collective, Element, Fallback, RankComm, Select};
+use kernels::{Element, Fallback, RankComm, Select};
+use policy::{Algo, Collective};
+use tuner::harness::concurrent::for_each_rank;
+use tuner::harness::timing::poison;
+use tuner::harness::validation::{
+    check_all_gather, check_all_reduce_of, check_identical, random_inputs,
+};
 
 pub const NEEDS_GPU: &str = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine";
 
@@ -20,7 +23,7 @@ pub const NEEDS_GPU: &str = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU m
 /// their work on the ranks' streams themselves, and graphs require it).
 /// Panics with a clear message when there is no usable GPU.
 pub fn gpu() -> Arc<CudaContext> {
-    if let Err(e) = kernels::ffi::require_driver() {
+    if let Err(e) = kernels::raw::require_driver() {
         panic!("{NEEDS_GPU}: {e}");
     }
     match CudaContext::device_count() {
@@ -28,7 +31,7 @@ pub fn gpu() -> Arc<CudaContext> {
         Ok(_) => panic!("{NEEDS_GPU}: the driver sees no GPU"),
         Err(e) => panic!("{NEEDS_GPU}: cuInit failed: {e:?}"),
     }
-    if let Err(e) = kernels::ffi::require_nvrtc() {
+    if let Err(e) = kernels::raw::require_nvrtc() {
         panic!("{e}");
     }
     let ctx = CudaContext::new(0).unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e:?}"));

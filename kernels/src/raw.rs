@@ -1,0 +1,34 @@
+//! The layers under the communicator, for the tuner's measuring harness and
+//! the GPU tests; an engine needs none of this.
+//!
+//! Nothing here is needed to run a collective: [`crate::World`] and
+//! [`crate::RankComm`] are the runtime. What the harness needs besides them:
+//!
+//! - library presence ([`require_driver`], [`require_nvrtc`], [`require_nccl`],
+//!   [`nccl_present`]) and versions ([`driver_cuda_version`], [`nccl_version`]);
+//! - what a GPU is ([`arch_of`], [`sm_count`]) and how two GPUs reach each
+//!   other ([`pair_link`], [`PairLink`]);
+//! - the wire rules a host reference must mirror ([`MAX_WORLD`],
+//!   [`replace_sentinel_words`]) and the launch shape a rank reports
+//!   ([`LaunchShape`]);
+//! - the NVRTC build of the CUDA sources ([`compile_for`],
+//!   [`compile_specialisation`], [`entry_names`], [`world_specialisations`]),
+//!   which the compile test checks for every architecture, and the A/B
+//!   experiment switches it was built with ([`experiment_defines`]);
+//! - [`DriverContext`], which names the step a CUDA driver call failed in, and
+//!   [`fnv1a`], the hash the world's handshake uses.
+
+pub use crate::comm::{arch_of, sm_count};
+pub use crate::error::DriverContext;
+pub use crate::ffi::{
+    driver_cuda_version, nccl_present, require_driver, require_nccl, require_nvrtc,
+};
+pub use crate::module::{
+    CompiledKernels, compile_for, compile_specialisation, entry_names, experiment_defines,
+    world_specialisations,
+};
+pub use crate::nccl::nccl_version;
+pub use crate::peer::{PairLink, pair_link};
+pub use crate::protocol::digest::fnv1a;
+pub use crate::protocol::launch::LaunchShape;
+pub use crate::protocol::{MAX_WORLD, replace_sentinel_words};

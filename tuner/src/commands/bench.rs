@@ -1,0 +1,540 @@
+//! `tuner bench`: per algorithm and size, µs per call (median, p10, p90) and
+//! bus bandwidth, with NCCL (or, in a loopback world, its stand-in) side by side.
+//!
+//! ```text
+//! tuner bench --loopback --world 8 --collective all_reduce --dtype bf16 \
+//!     --sizes 16B..256MiB --modes graph,eager --csv out.csv --json out.json
+//! ```
+//!
+//! Bus bandwidth follows nccl-tests: all-reduce S/t·2(W−1)/W, all-gather
+//! S/t·(W−1)/W, S the output bytes. Every timed configuration is first verified
+//! against a host reference (up to `--verify-max` bytes). The CSV's columns are
+//! those of the files under `kernels/bench/`.
+
+#![cfg_attr(not(feature = "gpu"), allow(dead_code))]
+
+use std::fmt::Write as _;
+use std::io::Write;
+
+use tuned_schema::size::{format_size, parse_size};
+use tuned_schema::{Algo, Collective, DType, Mode};
+
+use super::{Error, Exit};
+use crate::stats::{algbw_gbps, busbw_gbps};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Ranks of a loopback world (all on one GPU); default 8 without --devices.
+    #[arg(long)]
+    world: Option<usize>,
+    /// Run a loopback world on one GPU (the default when fewer than 2 GPUs are visible).
+    #[arg(long, conflicts_with = "devices")]
+    loopback: bool,
+    /// GPUs of a devices world, e.g. 0,1,2,3 (default: every visible GPU when >= 2).
+    #[arg(long, value_delimiter = ',')]
+    devices: Option<Vec<usize>>,
+    /// all_reduce, all_gather or both.
+    #[arg(long, default_value = "both")]
+    collective: String,
+    /// Comma-separated dtypes.
+    #[arg(long, value_delimiter = ',', default_value = "bf16")]
+    dtype: Vec<String>,
+    /// Sizes (output bytes): a list like 16,4KiB,1MiB or a range 16B..256MiB.
+    #[arg(long, default_value = "16B..256MiB")]
+    sizes: String,
+    /// Factor between sizes of a range.
+    #[arg(long, default_value_t = 4)]
+    step: u64,
+    /// Comma-separated modes: graph, eager.
+    #[arg(long, value_delimiter = ',', default_value = "graph,eager")]
+    modes: Vec<String>,
+    /// Comma-separated algorithms (default: all of the collective's, NCCL included).
+    #[arg(long, value_delimiter = ',')]
+    algos: Option<Vec<String>>,
+    /// Timed calls per sample (default: 20, fewer for large messages).
+    #[arg(long)]
+    calls: Option<u32>,
+    #[arg(long, default_value_t = 15)]
+    samples: u32,
+    #[arg(long, default_value_t = 3)]
+    warmup: u32,
+    /// Most blocks per rank per kernel (default: one per SM on devices; the
+    /// SMs shared out, at most 32, on a loopback world).
+    #[arg(long)]
+    blocks: Option<u32>,
+    /// Threads per block (multiple of 32, at most 512; default 512).
+    #[arg(long)]
+    threads: Option<u32>,
+    /// Launch the custom kernels without programmatic dependent launch (for
+    /// comparison; see `Options::programmatic_launch`).
+    #[arg(long)]
+    no_programmatic_launch: bool,
+    /// Device-side timeout of a wait, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    timeout_ms: u64,
+    /// Verify configurations up to this many output bytes before timing them.
+    #[arg(long, default_value = "64MiB")]
+    verify_max: String,
+    #[arg(long)]
+    csv: Option<std::path::PathBuf>,
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+/// One row of the report.
+struct Row {
+    collective: Collective,
+    dtype: DType,
+    mode: Mode,
+    bytes: u64,
+    algo: Algo,
+    outcome: Outcome,
+}
+
+enum Outcome {
+    Timed {
+        median: f64,
+        p10: f64,
+        p90: f64,
+        verified: bool,
+    },
+    Declined(String),
+    Failed(String),
+}
+
+/// A list like `16,4KiB,1MiB` or a range `16B..256MiB` of sizes `step` apart
+/// (a factor); each size is spelled as in `tuned/*.toml`.
+fn parse_sizes(text: &str, step: u64) -> Result<Vec<u64>, String> {
+    if let Some((low, high)) = text.split_once("..") {
+        let (mut size, high) = (parse_size(low)?, parse_size(high)?);
+        if size == 0 || step < 2 {
+            return Err("a size range needs a start above 0 and --step >= 2".into());
+        }
+        let mut sizes = Vec::new();
+        while size <= high {
+            sizes.push(size);
+            // The last size of a range near u64::MAX ends the range, not a wrap.
+            match size.checked_mul(step) {
+                Some(next) => size = next,
+                None => break,
+            }
+        }
+        Ok(sizes)
+    } else {
+        text.split(',').map(parse_size).collect()
+    }
+}
+
+fn default_calls(bytes: u64) -> u32 {
+    (((64u64 << 20) / bytes.max(1)).clamp(1, 20)) as u32
+}
+
+/// Times every configuration the arguments describe and prints one row each;
+/// fails (after writing the CSV and JSON) if any configuration failed.
+pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<Exit, Error> {
+    gpu::run(args, out).map_err(Error::Failed)?;
+    Ok(Exit::Ok)
+}
+
+/// The console line of `row`; `earlier` rows give the NCCL baseline.
+fn row_line(row: &Row, world: usize, earlier: &[Row]) -> String {
+    let head = format!(
+        "{:<10} {:<4} {:<5} {:>8} {:<13}",
+        row.collective.name(),
+        row.dtype.name(),
+        row.mode.name(),
+        format_size(row.bytes),
+        row.algo.name()
+    );
+    match &row.outcome {
+        Outcome::Timed {
+            median, p10, p90, ..
+        } => {
+            let busbw = busbw_gbps(row.collective, world as u32, row.bytes, *median);
+            let baseline =
+                earlier
+                    .iter()
+                    .chain(std::iter::once(row))
+                    .find_map(|r| match r.outcome {
+                        Outcome::Timed { median, .. }
+                            if r.algo == Algo::Nccl
+                                && (r.collective, r.dtype, r.mode, r.bytes)
+                                    == (row.collective, row.dtype, row.mode, row.bytes) =>
+                        {
+                            Some(median)
+                        }
+                        _ => None,
+                    });
+            let ratio = baseline
+                .map(|b| format!("{:.2}x", b / median))
+                .unwrap_or_else(|| "-".into());
+            format!("{head} {median:>10.2} {p10:>10.2} {p90:>10.2} {busbw:>10.2} {ratio:>8}")
+        }
+        Outcome::Declined(reason) => format!("{head} declined: {reason}"),
+        Outcome::Failed(e) => format!("{head} FAILED: {e}"),
+    }
+}
+
+fn csv(rows: &[Row], world: usize, loopback: bool) -> String {
+    let mut out = String::from(
+        "collective,dtype,mode,world,world_kind,bytes,algo,status,median_us,p10_us,p90_us,algbw_gbps,busbw_gbps,verified\n",
+    );
+    let kind = if loopback { "loopback" } else { "devices" };
+    for r in rows {
+        let prefix = format!(
+            "{},{},{},{world},{kind},{},{}",
+            r.collective.name(),
+            r.dtype.name(),
+            r.mode.name(),
+            r.bytes,
+            r.algo.name()
+        );
+        let _ = match &r.outcome {
+            Outcome::Timed {
+                median,
+                p10,
+                p90,
+                verified,
+            } => {
+                let (algbw, busbw) = (
+                    algbw_gbps(r.bytes, *median),
+                    busbw_gbps(r.collective, world as u32, r.bytes, *median),
+                );
+                writeln!(
+                    out,
+                    "{prefix},ok,{median:.3},{p10:.3},{p90:.3},{algbw:.3},{busbw:.3},{verified}"
+                )
+            }
+            Outcome::Declined(_) => writeln!(out, "{prefix},declined,,,,,,"),
+            Outcome::Failed(_) => writeln!(out, "{prefix},failed,,,,,,"),
+        };
+    }
+    out
+}
+
+#[cfg(not(feature = "gpu"))]
+mod gpu {
+    pub(super) fn run(_: &super::BenchArgs, _: &mut dyn std::io::Write) -> Result<(), String> {
+        Err("this tuner was built without the `gpu` feature".to_string())
+    }
+}
+
+#[cfg(feature = "gpu")]
+mod gpu {
+    use std::fmt::Write as _;
+    use std::io::Write;
+
+    use kernels::{Error, Fallback, Options, RankComm};
+    use policy::{Algo, Collective, DType, Mode};
+
+    use super::{
+        BenchArgs, Outcome, Row, algbw_gbps, busbw_gbps, csv, default_calls, parse_size,
+        parse_sizes, row_line,
+    };
+    use crate::harness::timing::{GpuStack, TimingSpec, build_world, gpu_stack, measure, validate};
+    use crate::stats;
+
+    pub(super) fn run(cli: &BenchArgs, out: &mut dyn Write) -> Result<(), String> {
+        let collectives: Vec<Collective> = match cli.collective.as_str() {
+            "both" => Collective::ALL.to_vec(),
+            name => {
+                vec![Collective::from_name(name).ok_or(format!("unknown collective {name:?}"))?]
+            }
+        };
+        let dtypes = cli
+            .dtype
+            .iter()
+            .map(|d| DType::from_name(d).ok_or(format!("unknown dtype {d:?}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let modes = cli
+            .modes
+            .iter()
+            .map(|m| Mode::from_name(m).ok_or(format!("unknown mode {m:?}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let sizes = parse_sizes(&cli.sizes, cli.step)?;
+        let verify_max = parse_size(&cli.verify_max)?;
+
+        kernels::raw::require_driver().map_err(|e| e.to_string())?;
+        let gpus =
+            cudarc::driver::CudaContext::device_count().map_err(|e| format!("{e:?}"))? as usize;
+        let devices: Vec<usize> = match (&cli.devices, cli.loopback) {
+            (Some(list), _) => list.clone(),
+            (None, false) if gpus >= 2 => (0..gpus.min(8)).collect(),
+            _ => Vec::new(),
+        };
+        let loopback = devices.is_empty().then(|| cli.world.unwrap_or(8));
+        let options = Options {
+            timeout: std::time::Duration::from_millis(cli.timeout_ms),
+            blocks: cli.blocks,
+            threads: cli.threads,
+            programmatic_launch: !cli.no_programmatic_launch,
+            log_declines: false,
+            ..Options::default()
+        };
+        let mut ranks = build_world(loopback, &devices, options).map_err(|e| e.to_string())?;
+        let world = ranks.len();
+        let ctx = ranks[0].stream().context().clone();
+        let info = gpu_stack(&ctx).map_err(|e| e.to_string())?;
+        let io = |e: std::io::Error| e.to_string();
+        write!(out, "{}", header(&info, &ranks, loopback.is_some())).map_err(io)?;
+
+        let mut rows = Vec::new();
+        for &collective in &collectives {
+            let algos: Vec<Algo> = match &cli.algos {
+                Some(names) => names
+                    .iter()
+                    .map(|n| Algo::from_name(n).ok_or(format!("unknown algorithm {n:?}")))
+                    .collect::<Result<Vec<_>, _>>()?
+                    .into_iter()
+                    .filter(|a| a.implements(collective))
+                    .collect(),
+                None => collective.algos().to_vec(),
+            };
+            for &dtype in &dtypes {
+                for &mode in &modes {
+                    for &bytes in &sizes {
+                        let unit = dtype.size_bytes()
+                            * match collective {
+                                Collective::AllReduce => 1,
+                                Collective::AllGather => world as u64,
+                            };
+                        if bytes % unit != 0 {
+                            continue;
+                        }
+                        for &algo in &algos {
+                            let row = bench_one(
+                                &mut ranks, cli, collective, dtype, mode, bytes, algo, verify_max,
+                            );
+                            writeln!(out, "{}", row_line(&row, world, &rows)).map_err(io)?;
+                            rows.push(row);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(path) = &cli.csv {
+            std::fs::write(path, csv(&rows, world, loopback.is_some()))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        if let Some(path) = &cli.json {
+            std::fs::write(path, json(&rows, &info, world, &ranks[0]))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        let failed = rows
+            .iter()
+            .filter(|r| matches!(r.outcome, Outcome::Failed(_)))
+            .count();
+        if failed > 0 {
+            return Err(format!("{failed} configuration(s) failed"));
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn bench_one(
+        ranks: &mut [RankComm],
+        cli: &BenchArgs,
+        collective: Collective,
+        dtype: DType,
+        mode: Mode,
+        bytes: u64,
+        algo: Algo,
+        verify_max: u64,
+    ) -> Row {
+        let row = |outcome| Row {
+            collective,
+            dtype,
+            mode,
+            bytes,
+            algo,
+            outcome,
+        };
+        if let Some(reason) = ranks[0].would_decline(collective, algo, bytes) {
+            return row(Outcome::Declined(reason.to_string()));
+        }
+        let verified = bytes <= verify_max;
+        if verified && let Err(e) = validate(ranks, collective, dtype, algo, bytes, bytes) {
+            return row(Outcome::Failed(e.to_string()));
+        }
+        let spec = TimingSpec {
+            collective,
+            dtype,
+            algo,
+            bytes,
+            mode,
+            calls_per_sample: cli.calls.unwrap_or_else(|| default_calls(bytes)),
+            samples: cli.samples,
+            warmup: cli.warmup,
+        };
+        match measure(ranks, &spec) {
+            Ok(mut micros) => {
+                micros.sort_by(f64::total_cmp);
+                row(Outcome::Timed {
+                    median: stats::quantile(&micros, 0.5),
+                    p10: stats::quantile(&micros, 0.1),
+                    p90: stats::quantile(&micros, 0.9),
+                    verified,
+                })
+            }
+            Err(Error::Declined { reason, .. }) => row(Outcome::Declined(reason)),
+            Err(e) => row(Outcome::Failed(e.to_string())),
+        }
+    }
+
+    /// The lines above the rows: the platform, the world, the baseline, the columns.
+    fn header(info: &GpuStack, ranks: &[RankComm], loopback: bool) -> String {
+        let mut text = String::new();
+        let _ = writeln!(
+            text,
+            "GPU: {} ({}, {} SMs), driver {}, CUDA {}, NVRTC {}, NCCL {}",
+            info.gpu_name,
+            info.arch,
+            info.sm_count,
+            info.driver_version,
+            info.cuda_version,
+            info.nvrtc_version.as_deref().unwrap_or("-"),
+            info.nccl_version.as_deref().unwrap_or("not installed")
+        );
+        let shape = ranks[0].launch_shape();
+        if loopback {
+            let _ = writeln!(
+                text,
+                "world: loopback, {} ranks on one GPU ({} blocks x {} threads per rank)",
+                ranks.len(),
+                shape.max_blocks,
+                shape.threads
+            );
+        } else {
+            let _ = writeln!(
+                text,
+                "world: {} GPUs, link {} ({} blocks x {} threads per rank)",
+                ranks.len(),
+                ranks[0].link().name(),
+                shape.max_blocks,
+                shape.threads
+            );
+        }
+        let _ = match ranks[0].fallback_kind() {
+            Fallback::Nccl => writeln!(text, "baseline: nccl = NCCL"),
+            Fallback::LoopbackReference => writeln!(
+                text,
+                "loopback: NCCL unavailable (it refuses two ranks on one GPU), baseline = loopback \
+             reference collective; timings validate correctness, not NVLink speed"
+            ),
+        };
+        let _ = writeln!(
+            text,
+            "{:<10} {:<4} {:<5} {:>8} {:<13} {:>10} {:>10} {:>10} {:>10} {:>8}",
+            "collective",
+            "type",
+            "mode",
+            "bytes",
+            "algo",
+            "median_us",
+            "p10_us",
+            "p90_us",
+            "busbw_GBs",
+            "vs_nccl"
+        );
+        text
+    }
+
+    fn json(rows: &[Row], info: &GpuStack, world: usize, rank: &RankComm) -> String {
+        let results: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                let mut v = serde_json::json!({
+                    "collective": r.collective.name(),
+                    "dtype": r.dtype.name(),
+                    "mode": r.mode.name(),
+                    "bytes": r.bytes,
+                    "algo": r.algo.name(),
+                });
+                match &r.outcome {
+                    Outcome::Timed {
+                        median,
+                        p10,
+                        p90,
+                        verified,
+                    } => {
+                        let (algbw, busbw) = (
+                            algbw_gbps(r.bytes, *median),
+                            busbw_gbps(r.collective, world as u32, r.bytes, *median),
+                        );
+                        v["status"] = "ok".into();
+                        v["median_us"] = (*median).into();
+                        v["p10_us"] = (*p10).into();
+                        v["p90_us"] = (*p90).into();
+                        v["algbw_gbps"] = algbw.into();
+                        v["busbw_gbps"] = busbw.into();
+                        v["verified"] = (*verified).into();
+                    }
+                    Outcome::Declined(reason) => {
+                        v["status"] = "declined".into();
+                        v["reason"] = reason.clone().into();
+                    }
+                    Outcome::Failed(e) => {
+                        v["status"] = "failed".into();
+                        v["error"] = e.clone().into();
+                    }
+                }
+                v
+            })
+            .collect();
+        let document = serde_json::json!({
+            "platform": {
+                "gpu": info.gpu_name,
+                "arch": info.arch.name(),
+                "sm_count": info.sm_count,
+                "driver": info.driver_version,
+                "cuda": info.cuda_version,
+                "nvrtc": info.nvrtc_version,
+                "nccl": info.nccl_version,
+            },
+            "world": {
+                "size": world,
+                "link": rank.link().name(),
+                "baseline": match rank.fallback_kind() {
+                    Fallback::Nccl => "nccl",
+                    Fallback::LoopbackReference => "loopback_reference",
+                },
+            },
+            "results": results,
+        });
+        serde_json::to_string_pretty(&document).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats;
+
+    #[test]
+    fn sizes_parse_as_lists_and_ranges() {
+        assert_eq!(
+            parse_sizes("16,4KiB,1MiB", 4).unwrap(),
+            vec![16, 4096, 1 << 20]
+        );
+        assert_eq!(parse_sizes("16B..256", 4).unwrap(), vec![16, 64, 256]);
+        assert_eq!(parse_sizes("16B..256MiB", 4).unwrap().len(), 13);
+        assert!(parse_sizes("16XB", 4).is_err());
+    }
+
+    #[test]
+    fn huge_sizes_are_errors_and_ranges_end_instead_of_wrapping() {
+        assert!(parse_sizes("99999999999GiB", 4).is_err());
+        let sizes = parse_sizes("1..18446744073709551615", 2).unwrap();
+        assert_eq!(sizes.len(), 64);
+        assert_eq!(*sizes.last().unwrap(), 1 << 63);
+    }
+
+    #[test]
+    fn rows_take_the_stats_quantiles() {
+        // p10/p90/median of a row are crate::stats::quantile (Hyndman-Fan type 8).
+        let s = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(stats::quantile(&s, 0.5), 3.0);
+        assert!(stats::quantile(&s, 0.1) < 1.4 && stats::quantile(&s, 0.1) >= 1.0);
+        assert_eq!(format_size(1 << 20), "1MiB");
+    }
+}

@@ -1,0 +1,13 @@
+//! Measuring and checking collectives on real GPUs, through `kernels`' public
+//! communicator: the GPU backend of the sweep, `tuner bench` and the GPU tests
+//! all run on it.
+//!
+//! - [`timing`]: CUDA-event timing of forced calls, one thread per rank, plus
+//!   what the platform is ([`timing::gpu_stack`], [`timing::discover`]);
+//! - [`validation`]: inputs sprinkled with special values and the f64 host
+//!   reference every result is checked against;
+//! - [`concurrent`]: driving every rank of a single-process world at once.
+
+pub mod concurrent;
+pub mod timing;
+pub mod validation;
