@@ -15,7 +15,8 @@ use cudarc::nvrtc::{Ptx, result as nvrtc, sys as nvrtc_sys};
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
 use crate::protocol::cuda_prelude;
-use crate::vocab::{Algo, Arch, Collective, DType};
+use crate::protocol::registry::KernelFamily;
+use crate::vocab::{Arch, Collective, DType};
 
 /// The kernel sources, in compilation order (embedded in the binary).
 const SOURCES: [(&str, &str); 5] = [
@@ -91,57 +92,27 @@ pub fn kernel_source(world_spec: u32) -> String {
     source
 }
 
-/// Which kernel family runs a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum KernelKind {
-    Push,
-    Pull,
-    TwoShot,
-    /// The loopback world's stand-in for NCCL.
-    Reference,
-}
-
-impl KernelKind {
-    /// The kernel family of a custom algorithm; `None` for NCCL.
-    pub fn of(algo: Algo) -> Option<KernelKind> {
-        match algo {
-            Algo::OneShotPush => Some(KernelKind::Push),
-            Algo::OneShotPull => Some(KernelKind::Pull),
-            Algo::TwoShotPull => Some(KernelKind::TwoShot),
-            Algo::Nccl => None,
-        }
+/// The entry point of `family` for `collective` on `dtype`, or `None` when the
+/// family has no kernel for the collective (two-shot all-gather). All-gather
+/// moves bits, so it has one entry per family.
+pub fn entry_name(family: KernelFamily, collective: Collective, dtype: DType) -> Option<String> {
+    if !family.serves(collective) {
+        return None;
     }
-}
-
-/// The entry point of `kind` for `collective` on `dtype`, or `None` (two-shot
-/// all-gather). All-gather moves bits, so it has one entry per family.
-pub fn entry_name(kind: KernelKind, collective: Collective, dtype: DType) -> Option<String> {
-    let family = match kind {
-        KernelKind::Push => "push",
-        KernelKind::Pull => "pull",
-        KernelKind::TwoShot => "two_shot",
-        KernelKind::Reference => "reference",
-    };
-    match collective {
-        Collective::AllReduce => Some(format!("colltune_{family}_all_reduce_{}", dtype.name())),
-        Collective::AllGather if kind == KernelKind::TwoShot => None,
-        Collective::AllGather => Some(format!("colltune_{family}_all_gather")),
-    }
+    let prefix = family.entry_prefix();
+    Some(match collective {
+        Collective::AllReduce => format!("colltune_{prefix}_all_reduce_{}", dtype.name()),
+        Collective::AllGather => format!("colltune_{prefix}_all_gather"),
+    })
 }
 
 /// Every entry point the sources must define.
 pub fn entry_names() -> Vec<String> {
-    let kinds = [
-        KernelKind::Push,
-        KernelKind::Pull,
-        KernelKind::TwoShot,
-        KernelKind::Reference,
-    ];
     let mut names = Vec::new();
-    for kind in kinds {
+    for family in KernelFamily::ALL {
         for collective in Collective::ALL {
             for dtype in DType::ALL {
-                if let Some(name) = entry_name(kind, collective, dtype)
+                if let Some(name) = entry_name(family, collective, dtype)
                     && !names.contains(&name)
                 {
                     names.push(name);
@@ -337,14 +308,14 @@ impl KernelSet {
         self.world_spec == world_specialisation(world)
     }
 
-    /// The function for `kind`/`collective`/`dtype`.
+    /// The function for `family`/`collective`/`dtype`.
     pub fn function(
         &self,
-        kind: KernelKind,
+        family: KernelFamily,
         collective: Collective,
         dtype: DType,
     ) -> Option<&CudaFunction> {
-        entry_name(kind, collective, dtype).and_then(|name| self.functions.get(&name))
+        entry_name(family, collective, dtype).and_then(|name| self.functions.get(&name))
     }
 }
 

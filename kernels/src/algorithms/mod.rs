@@ -11,9 +11,10 @@ pub use args::CollArgs;
 use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::{DriverContext, Error, Result};
-use crate::module::{KernelKind, KernelSet};
+use crate::module::KernelSet;
 use crate::protocol::PACK_BYTES;
 use crate::protocol::launch::LaunchShape;
+use crate::protocol::registry::KernelFamily;
 use crate::vocab::{Collective, DType};
 
 /// One call, as the launch wrappers see it.
@@ -33,10 +34,10 @@ impl Call {
     }
 }
 
-/// Launches `kind` for `call` on `stream`.
+/// Launches `family` for `call` on `stream`.
 pub(crate) fn launch(
     kernels: &KernelSet,
-    kind: KernelKind,
+    family: KernelFamily,
     stream: &CudaStream,
     shape: LaunchShape,
     base: &CollArgs,
@@ -49,9 +50,12 @@ pub(crate) fn launch(
         )));
     }
     let function = kernels
-        .function(kind, call.collective, call.dtype)
+        .function(family, call.collective, call.dtype)
         .ok_or_else(|| {
-            Error::Unsupported(format!("no {kind:?} kernel for {}", call.collective.name()))
+            Error::Unsupported(format!(
+                "no {family:?} kernel for {}",
+                call.collective.name()
+            ))
         })?;
     let args = CollArgs {
         input: call.input,

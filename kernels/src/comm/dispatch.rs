@@ -11,8 +11,8 @@ use super::rank::RankComm;
 use crate::algorithms::{self, Call};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::module::KernelKind;
 use crate::protocol::decline::{CallShape, Decline, decline};
+use crate::protocol::registry::{self, KernelFamily};
 use crate::vocab::{Algo, Collective, DType, Query};
 
 impl RankComm {
@@ -220,10 +220,12 @@ impl RankComm {
     }
 
     fn launch_custom(&self, algo: Algo, call: &Call) -> Result<()> {
-        let kind = KernelKind::of(algo).expect("NCCL is not a custom kernel");
+        let family = registry::custom(algo)
+            .expect("NCCL is not a custom kernel")
+            .family;
         algorithms::launch(
             &self.kernels,
-            kind,
+            family,
             &self.stream,
             self.shape,
             &self.base_args,
@@ -252,7 +254,7 @@ impl RankComm {
             }
             (Fallback::LoopbackReference, _) => algorithms::launch(
                 &self.kernels,
-                KernelKind::Reference,
+                KernelFamily::Reference,
                 &self.stream,
                 self.shape,
                 &self.base_args,

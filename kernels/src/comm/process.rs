@@ -44,10 +44,11 @@ use crate::protocol::digest::{Digest, check_agreement};
 use crate::protocol::launch::LaunchShape;
 use crate::protocol::layout::{BufferPlan, Capacities};
 use crate::protocol::reach::{self, Decision};
+use crate::protocol::registry;
 use crate::rendezvous::nccl::NcclRendezvous;
 use crate::rendezvous::{FileRendezvous, Rendezvous};
 use crate::selection::{self, Selector};
-use crate::vocab::{Algo, Collective, DType, Link};
+use crate::vocab::{DType, Link};
 
 /// How the processes of a world find each other.
 pub enum Join {
@@ -380,13 +381,7 @@ fn layout_digest(
         .with("max_blocks", shape.max_blocks)
         .with("slot_bytes", plan.slot_bytes)
         .with("staging_half_bytes", plan.staging_half_bytes);
-    for (collective, algo) in [
-        (Collective::AllReduce, Algo::OneShotPush),
-        (Collective::AllReduce, Algo::OneShotPull),
-        (Collective::AllReduce, Algo::TwoShotPull),
-        (Collective::AllGather, Algo::OneShotPush),
-        (Collective::AllGather, Algo::OneShotPull),
-    ] {
+    for (collective, algo) in registry::implemented_pairs() {
         let cap = caps.of(collective, algo);
         digest = digest.with(
             &format!("capacity_{}_{}", collective.name(), algo.name()),

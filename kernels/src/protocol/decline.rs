@@ -10,7 +10,8 @@
 use std::fmt;
 
 use super::PACK_BYTES;
-use super::layout::{BufferPlan, Capacities, two_shot_half_bytes};
+use super::layout::{BufferPlan, Capacities};
+use super::registry::{self, Region};
 use crate::vocab::{Algo, Collective};
 
 /// Why a custom algorithm declined a call.
@@ -102,13 +103,11 @@ pub fn decline(
     {
         return Some(Decline::Misaligned);
     }
-    let need = match call.algo {
-        Algo::TwoShotPull => two_shot_half_bytes(per_rank, call.world),
-        _ => per_rank,
-    };
-    let room = match call.algo {
-        Algo::OneShotPush => plan.slot_bytes,
-        _ => plan.staging_half_bytes,
+    let custom = registry::custom(call.algo).expect("a custom algorithm is registered");
+    let need = (custom.footprint)(per_rank, call.world);
+    let room = match custom.region {
+        Region::Push => plan.slot_bytes,
+        Region::Staging => plan.staging_half_bytes,
     };
     if need > room {
         return Some(Decline::BufferTooSmall);
@@ -236,8 +235,14 @@ mod tests {
 
     #[test]
     fn a_table_alignment_below_16_still_needs_whole_packs() {
-        let mut caps = defaults();
-        caps.all_reduce_pull.align = 8;
+        let caps = Capacities::from_fn(|collective, algo| Capacity {
+            max_bytes: defaults().of(collective, algo).max_bytes,
+            align: if (collective, algo) == (AllReduce, OneShotPull) {
+                8
+            } else {
+                16
+            },
+        });
         let plan = BufferPlan::new(&caps, 2, false).unwrap();
         let call = CallShape {
             collective: AllReduce,

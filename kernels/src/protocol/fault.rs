@@ -1,16 +1,17 @@
 //! Decoding of the two error words a kernel leaves in its rank's control block.
 //!
 //! Error word: kind in bits 0..8 ([`FAULT_TIMEOUT`]), kernel in 8..16
-//! ([`KernelId`]), wait phase in 16..24 ([`WaitPhase`]). Info word: the peer
+//! ([`KernelFamily`] ids), wait phase in 16..24 ([`WaitPhase`]). Info word: the peer
 //! being waited for in bits 0..8, the block in 8..32.
 
-use super::{FAULT_TIMEOUT, KernelId, WaitPhase};
+use super::registry::KernelFamily;
+use super::{FAULT_TIMEOUT, WaitPhase};
 
 /// A fault recorded on the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceFault {
     Timeout {
-        kernel: Option<KernelId>,
+        kernel: Option<KernelFamily>,
         phase: Option<WaitPhase>,
         peer: usize,
         block: u32,
@@ -29,13 +30,7 @@ impl DeviceFault {
         if error & 0xff != FAULT_TIMEOUT {
             return Some(DeviceFault::Unknown { error, info });
         }
-        let kernel = match (error >> 8) & 0xff {
-            1 => Some(KernelId::Push),
-            2 => Some(KernelId::Pull),
-            3 => Some(KernelId::TwoShot),
-            4 => Some(KernelId::Reference),
-            _ => None,
-        };
+        let kernel = KernelFamily::from_id((error >> 8) & 0xff);
         let phase = match (error >> 16) & 0xff {
             0 => Some(WaitPhase::Data),
             1 => Some(WaitPhase::Barrier1),
@@ -59,13 +54,7 @@ impl DeviceFault {
                 block,
                 ..
             } => {
-                let kernel = match kernel {
-                    Some(KernelId::Push) => "one_shot_push",
-                    Some(KernelId::Pull) => "one_shot_pull",
-                    Some(KernelId::TwoShot) => "two_shot_pull",
-                    Some(KernelId::Reference) => "the loopback reference collective",
-                    None => "an unknown kernel",
-                };
+                let kernel = kernel.map_or("an unknown kernel", KernelFamily::describe);
                 let phase = match phase {
                     Some(WaitPhase::Data) => "waiting for pushed data",
                     Some(WaitPhase::Barrier1) => "barrier 1",
@@ -106,7 +95,7 @@ mod tests {
         assert_eq!(
             fault,
             DeviceFault::Timeout {
-                kernel: Some(KernelId::TwoShot),
+                kernel: Some(KernelFamily::TwoShot),
                 phase: Some(WaitPhase::Barrier2),
                 peer: 5,
                 block: 7

@@ -3,58 +3,63 @@
 //!
 //! Per rank:
 //! - push region: [`PUSH_BUFFERS`] buffers x `world` slots x `slot_bytes`, shared
-//!   by push all-reduce (a slot holds the message) and push all-gather (a slot
-//!   holds one rank's share), armed with the sentinel;
+//!   by the algorithms whose [`registry`] entry names [`Region::Push`] (push
+//!   all-reduce: a slot holds the message; push all-gather: one rank's share),
+//!   armed with the sentinel;
 //! - staging region: [`STAGING_HALVES`] halves of `staging_half_bytes`, shared by
-//!   the pull family (one_shot_pull, two_shot_pull, the loopback reference);
-//!   two_shot_pull needs two areas of a whole message per half (see
-//!   [`two_shot_half_bytes`]);
+//!   the [`Region::Staging`] algorithms (one_shot_pull, two_shot_pull) and the
+//!   loopback reference;
 //! - a control block of [`ctrl::BYTES`](super::ctrl::BYTES).
+//!
+//! Each region is sized by the largest footprint
+//! ([`registry::CustomAlgorithm::footprint`]) of the calls the platform's
+//! capacities allow through it.
 
-use super::sequence::shard_packs;
+use super::registry::{self, Region};
 use super::{PACK_BYTES, PUSH_BUFFERS, STAGING_HALVES};
 use crate::vocab::{Algo, Capacity, Collective};
 
-/// The capacities of the custom algorithms on one platform.
+/// The capacities of the custom algorithms on one platform, one per
+/// (collective, algorithm) pair of the vocabulary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capacities {
-    pub all_reduce_push: Capacity,
-    pub all_reduce_pull: Capacity,
-    pub all_reduce_two_shot: Capacity,
-    pub all_gather_push: Capacity,
-    pub all_gather_pull: Capacity,
+    by_pair: [[Capacity; Algo::ALL.len()]; Collective::ALL.len()],
+}
+
+/// Nothing fits: what an algorithm that does not implement a collective takes.
+const NONE: Capacity = Capacity {
+    max_bytes: 0,
+    align: 1,
+};
+
+fn index<T: PartialEq>(all: &[T], item: &T) -> usize {
+    all.iter()
+        .position(|x| x == item)
+        .expect("every vocabulary value is in its ALL list")
 }
 
 impl Capacities {
-    /// Looks every custom algorithm up with `capacity_of`.
+    /// Looks every algorithm a custom kernel implements up with `capacity_of`
+    /// (the pairs of [`registry::implemented_pairs`]).
     pub fn from_fn(capacity_of: impl Fn(Collective, Algo) -> Capacity) -> Capacities {
-        Capacities {
-            all_reduce_push: capacity_of(Collective::AllReduce, Algo::OneShotPush),
-            all_reduce_pull: capacity_of(Collective::AllReduce, Algo::OneShotPull),
-            all_reduce_two_shot: capacity_of(Collective::AllReduce, Algo::TwoShotPull),
-            all_gather_push: capacity_of(Collective::AllGather, Algo::OneShotPush),
-            all_gather_pull: capacity_of(Collective::AllGather, Algo::OneShotPull),
+        let mut by_pair = [[NONE; Algo::ALL.len()]; Collective::ALL.len()];
+        for (collective, algo) in registry::implemented_pairs() {
+            by_pair[index(&Collective::ALL, &collective)][index(&Algo::ALL, &algo)] =
+                capacity_of(collective, algo);
         }
+        Capacities { by_pair }
     }
 
     /// The capacity of `algo` for `collective`; NCCL takes anything, and an
     /// algorithm that does not implement the collective takes nothing.
     pub fn of(&self, collective: Collective, algo: Algo) -> Capacity {
-        match (collective, algo) {
-            (_, Algo::Nccl) => Capacity {
+        if algo == Algo::Nccl {
+            return Capacity {
                 max_bytes: u64::MAX,
                 align: 1,
-            },
-            (Collective::AllReduce, Algo::OneShotPush) => self.all_reduce_push,
-            (Collective::AllReduce, Algo::OneShotPull) => self.all_reduce_pull,
-            (Collective::AllReduce, Algo::TwoShotPull) => self.all_reduce_two_shot,
-            (Collective::AllGather, Algo::OneShotPush) => self.all_gather_push,
-            (Collective::AllGather, Algo::OneShotPull) => self.all_gather_pull,
-            (Collective::AllGather, Algo::TwoShotPull) => Capacity {
-                max_bytes: 0,
-                align: 1,
-            },
+            };
         }
+        self.by_pair[index(&Collective::ALL, &collective)][index(&Algo::ALL, &algo)]
     }
 }
 
@@ -76,21 +81,25 @@ impl BufferPlan {
     /// Plans buffers for `world` ranks. `reference` asks for a staging region
     /// even if no pull algorithm has capacity (the loopback reference needs it).
     pub fn new(caps: &Capacities, world: usize, reference: bool) -> Result<BufferPlan, String> {
-        let w = world as u64;
-        let slot_bytes = round_down(
-            caps.all_reduce_push
-                .max_bytes
-                .max(caps.all_gather_push.max_bytes / w),
-        );
-        let mut staging_half_bytes = round_down(
-            caps.all_reduce_pull
-                .max_bytes
-                .max(caps.all_gather_pull.max_bytes / w),
-        )
-        .max(two_shot_half_bytes(
-            round_down(caps.all_reduce_two_shot.max_bytes),
-            world,
-        ));
+        // Each region is as large as the largest call any algorithm may send
+        // through it: its capacity per rank, in whole packs, through the
+        // algorithm's footprint.
+        let mut slot_bytes = 0;
+        let mut staging_half_bytes = 0;
+        for (collective, algo) in registry::implemented_pairs() {
+            let custom = registry::custom(algo).expect("implemented pairs are custom");
+            let max_bytes = caps.of(collective, algo).max_bytes;
+            let per_rank = round_down(match collective {
+                Collective::AllReduce => max_bytes,
+                Collective::AllGather => max_bytes / world.max(1) as u64,
+            });
+            let need = (custom.footprint)(per_rank, world);
+            let room = match custom.region {
+                Region::Push => &mut slot_bytes,
+                Region::Staging => &mut staging_half_bytes,
+            };
+            *room = (*room).max(need);
+        }
         if reference {
             staging_half_bytes = staging_half_bytes.max(REFERENCE_MIN_HALF_BYTES);
         }
@@ -124,15 +133,6 @@ impl BufferPlan {
     }
 }
 
-/// Bytes of a staging half that a two_shot_pull all-reduce of `bytes` (a
-/// multiple of 16) needs in a world of `world` ranks: a scatter area and a
-/// gather area, each of `world` shards of `ceil(packs / world)` packs
-/// (kernels/cuda/two_shot.cu).
-pub const fn two_shot_half_bytes(bytes: u64, world: usize) -> u64 {
-    let w = if world == 0 { 1 } else { world as u64 };
-    2 * w * shard_packs(bytes / PACK_BYTES, w) * PACK_BYTES
-}
-
 /// Rounds down to whole 16-byte packs.
 const fn round_down(bytes: u64) -> u64 {
     bytes / PACK_BYTES * PACK_BYTES
@@ -145,17 +145,20 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn caps(push: u64, pull: u64, two_shot: u64, ag_push: u64, ag_pull: u64) -> Capacities {
-        let c = |max_bytes| Capacity {
-            max_bytes,
-            align: 16,
-        };
-        Capacities {
-            all_reduce_push: c(push),
-            all_reduce_pull: c(pull),
-            all_reduce_two_shot: c(two_shot),
-            all_gather_push: c(ag_push),
-            all_gather_pull: c(ag_pull),
-        }
+        Capacities::from_fn(|collective, algo| {
+            let max_bytes = match (collective, algo) {
+                (Collective::AllReduce, Algo::OneShotPush) => push,
+                (Collective::AllReduce, Algo::OneShotPull) => pull,
+                (Collective::AllReduce, Algo::TwoShotPull) => two_shot,
+                (Collective::AllGather, Algo::OneShotPush) => ag_push,
+                (Collective::AllGather, Algo::OneShotPull) => ag_pull,
+                _ => panic!("no capacity asked for {collective:?} {algo:?}"),
+            };
+            Capacity {
+                max_bytes,
+                align: 16,
+            }
+        })
     }
 
     #[test]
@@ -171,20 +174,6 @@ mod tests {
         assert_eq!(plan.staging_half_bytes, 128 * MIB);
         assert_eq!(plan.push_region_bytes(), 3 * 8 * 8 * MIB);
         assert_eq!(plan.staging_region_bytes(), 256 * MIB);
-    }
-
-    #[test]
-    fn two_shot_halves_hold_both_areas_of_uneven_shards() {
-        assert_eq!(two_shot_half_bytes(64, 2), 128);
-        // 5 packs over 4 ranks: shards of 2 packs, 8 packs per area.
-        assert_eq!(two_shot_half_bytes(80, 4), 2 * 8 * 16);
-        assert_eq!(two_shot_half_bytes(0, 3), 0);
-        for world in 1..=8 {
-            for packs in 1..200u64 {
-                let need = two_shot_half_bytes(packs * 16, world);
-                assert!(need >= 2 * packs * 16 && need < 2 * (packs + world as u64) * 16);
-            }
-        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod launch;
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod layout;
 pub mod reach;
+pub mod registry;
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod sequence;
 
@@ -109,18 +110,6 @@ pub mod ctrl {
     }
 }
 
-/// The number a kernel family writes into its error word when it faults
-/// (`CT_KERNEL_*` in the CUDA code): which kernel reported a device fault.
-/// Not `module::KernelKind`, which picks the kernel to launch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum KernelId {
-    Push = 1,
-    Pull = 2,
-    TwoShot = 3,
-    Reference = 4,
-}
-
 /// Where in a kernel a wait timed out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -136,7 +125,7 @@ pub const FAULT_TIMEOUT: u32 = 1;
 
 /// The `#define`s the CUDA sources are compiled with.
 pub fn cuda_prelude() -> String {
-    let defines: [(&str, String); 21] = [
+    let defines: [(&str, String); 17] = [
         ("CT_MAX_WORLD", MAX_WORLD.to_string()),
         ("CT_MAX_BLOCKS", MAX_BLOCKS.to_string()),
         ("CT_MAX_THREADS", MAX_THREADS.to_string()),
@@ -151,16 +140,6 @@ pub fn cuda_prelude() -> String {
         ("CT_STATE_PULL_USE", ctrl::STATE_PULL_USE.to_string()),
         ("CT_CTRL_FLAGS", ctrl::FLAGS.to_string()),
         ("CT_ERR_TIMEOUT", format!("{FAULT_TIMEOUT}u")),
-        ("CT_KERNEL_PUSH", format!("{}u", KernelId::Push as u32)),
-        ("CT_KERNEL_PULL", format!("{}u", KernelId::Pull as u32)),
-        (
-            "CT_KERNEL_TWO_SHOT",
-            format!("{}u", KernelId::TwoShot as u32),
-        ),
-        (
-            "CT_KERNEL_REFERENCE",
-            format!("{}u", KernelId::Reference as u32),
-        ),
         ("CT_PHASE_DATA", format!("{}u", WaitPhase::Data as u32)),
         (
             "CT_PHASE_BARRIER_1",
@@ -174,6 +153,9 @@ pub fn cuda_prelude() -> String {
     let mut out = String::from("// Generated from kernels::protocol; do not edit.\n");
     for (name, value) in defines {
         let _ = writeln!(out, "#define {name} {value}");
+    }
+    for family in registry::KernelFamily::ALL {
+        let _ = writeln!(out, "#define {} {}u", family.cuda_define(), family.id());
     }
     out
 }

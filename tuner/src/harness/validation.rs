@@ -175,7 +175,7 @@ pub fn check_all_reduce_of<T: Element>(
         check_all_reduce(
             inputs,
             output,
-            ran == Algo::OneShotPush || lamport_two_shot(ran),
+            kernels::raw::follows_sentinel_rule(ran) || lamport_two_shot(ran),
         )
     }
 }
