@@ -19,12 +19,13 @@ use crate::protocol::registry::KernelFamily;
 use crate::vocab::{Arch, Collective, DType};
 
 /// The kernel sources, in compilation order (embedded in the binary).
-const SOURCES: [(&str, &str); 5] = [
+const SOURCES: [(&str, &str); 6] = [
     ("common.cu", include_str!("../cuda/common.cu")),
     ("prims.cu", include_str!("../cuda/prims.cu")),
     ("push.cu", include_str!("../cuda/push.cu")),
     ("pull.cu", include_str!("../cuda/pull.cu")),
     ("two_shot.cu", include_str!("../cuda/two_shot.cu")),
+    ("two_shot_push.cu", include_str!("../cuda/two_shot_push.cu")),
 ];
 
 /// Options every compile uses: IEEE behaviour (no flush to zero, no fused
@@ -324,12 +325,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn there_are_fifteen_entry_points() {
+    fn there_are_eighteen_entry_points() {
         let names = entry_names();
-        assert_eq!(names.len(), 15, "{names:?}");
+        assert_eq!(names.len(), 18, "{names:?}");
         assert!(names.contains(&"colltune_two_shot_all_reduce_bf16".to_string()));
+        assert!(names.contains(&"colltune_two_shot_push_all_reduce_f16".to_string()));
         assert!(names.contains(&"colltune_reference_all_gather".to_string()));
         assert!(!names.iter().any(|n| n.contains("two_shot_all_gather")));
+        assert!(!names.iter().any(|n| n.contains("two_shot_push_all_gather")));
     }
 
     #[test]

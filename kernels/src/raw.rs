@@ -9,8 +9,8 @@
 //! - what a GPU is ([`arch_of`], [`sm_count`]) and how two GPUs reach each
 //!   other ([`pair_link`], [`PairLink`]);
 //! - the wire rules a host reference must mirror ([`MAX_WORLD`],
-//!   [`replace_sentinel_words`], and which algorithms apply it:
-//!   [`follows_sentinel_rule`]) and the launch shape a rank reports
+//!   [`replace_sentinel_words`], and how each algorithm applies it:
+//!   [`sentinel_rule`], [`SentinelRule`]) and the launch shape a rank reports
 //!   ([`LaunchShape`]);
 //! - the NVRTC build of the CUDA sources ([`compile_for`],
 //!   [`compile_specialisation`], [`entry_names`], [`world_specialisations`]),
@@ -32,5 +32,5 @@ pub use crate::nccl::nccl_version;
 pub use crate::peer::{PairLink, pair_link};
 pub use crate::protocol::digest::fnv1a;
 pub use crate::protocol::launch::LaunchShape;
-pub use crate::protocol::registry::follows_sentinel_rule;
+pub use crate::protocol::registry::{SentinelRule, sentinel_rule};
 pub use crate::protocol::{MAX_WORLD, replace_sentinel_words};

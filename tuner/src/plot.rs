@@ -40,6 +40,7 @@ fn colour(algo: Algo) -> RGBColor {
         Algo::OneShotPush => RGBColor(214, 39, 40),
         Algo::OneShotPull => RGBColor(44, 160, 44),
         Algo::TwoShotPull => RGBColor(255, 127, 14),
+        Algo::TwoShotPush => RGBColor(148, 103, 189),
     }
 }
 

@@ -82,11 +82,12 @@ fn against_nccl<T: Element>(
     // once, NCCL rounds every partial sum (check_nccl_all_reduce); a direct
     // comparison would need a tolerance for cancelling sums, which is exactly
     // what the reference check derives from the inputs.
-    let pushed = algo == Algo::OneShotPush;
+    let rule = kernels::raw::sentinel_rule(algo);
+    let pushed = rule != kernels::raw::SentinelRule::None;
     for (r, (custom, nccl)) in outputs.iter().enumerate() {
         let (mine, theirs) = match collective {
             Collective::AllReduce => (
-                check_all_reduce(&inputs, custom, pushed),
+                check_all_reduce(&inputs, custom, rule),
                 check_nccl_all_reduce(&inputs, nccl),
             ),
             Collective::AllGather => (

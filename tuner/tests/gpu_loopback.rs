@@ -850,13 +850,14 @@ fn loopback_pipelined_mixed_calls() {
                     .zip(&queues)
                     .map(|(rank, queue)| rank.stream().clone_dtoh(&queue[call].output).unwrap())
                     .collect();
-                let pushed = algo == Algo::OneShotPush;
+                let rule = kernels::raw::sentinel_rule(algo);
+                let pushed = rule != kernels::raw::SentinelRule::None;
                 tuner::harness::validation::check_identical(&outputs)
                     .and_then(|()| match collective {
                         Collective::AllReduce => tuner::harness::validation::check_all_reduce(
                             &inputs[call],
                             &outputs[0],
-                            pushed,
+                            rule,
                         ),
                         Collective::AllGather => tuner::harness::validation::check_all_gather(
                             &inputs[call],

@@ -152,6 +152,9 @@ mod tests {
                 (Collective::AllReduce, Algo::TwoShotPull) => two_shot,
                 (Collective::AllGather, Algo::OneShotPush) => ag_push,
                 (Collective::AllGather, Algo::OneShotPull) => ag_pull,
+                // These plans are about the other algorithms; see
+                // two_shot_push_grows_the_push_slots_it_needs.
+                (Collective::AllReduce, Algo::TwoShotPush) => 0,
                 _ => panic!("no capacity asked for {collective:?} {algo:?}"),
             };
             Capacity {
@@ -174,6 +177,29 @@ mod tests {
         assert_eq!(plan.staging_half_bytes, 128 * MIB);
         assert_eq!(plan.push_region_bytes(), 3 * 8 * 8 * MIB);
         assert_eq!(plan.staging_region_bytes(), 256 * MIB);
+    }
+
+    #[test]
+    fn two_shot_push_grows_the_push_slots_it_needs() {
+        let with = |two_shot_push: u64| {
+            Capacities::from_fn(|collective, algo| Capacity {
+                max_bytes: match (collective, algo) {
+                    (_, Algo::OneShotPush) => 8 * MIB,
+                    (Collective::AllReduce, Algo::TwoShotPush) => two_shot_push,
+                    _ => 0,
+                },
+                align: 16,
+            })
+        };
+        // 32 MiB at W = 2: slot q holds a 16 MiB shard copy and a 16 MiB sum.
+        let plan = BufferPlan::new(&with(32 * MIB), 2, false).unwrap();
+        assert_eq!(plan.slot_bytes, 32 * MIB);
+        // At W = 8 it needs a quarter of the message: one_shot_push's 8 MiB rules.
+        let plan = BufferPlan::new(&with(32 * MIB), 8, false).unwrap();
+        assert_eq!(plan.slot_bytes, 8 * MIB);
+        // A world of one sends nothing through the slots.
+        let plan = BufferPlan::new(&with(32 * MIB), 1, false).unwrap();
+        assert_eq!(plan.slot_bytes, 8 * MIB);
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //!    variant (its id is the `CT_KERNEL_*` the kernels report faults with).
 //! 3. One [`CustomAlgorithm`] entry in [`REGISTRY`]: the collectives it
 //!    implements, the registered region its data crosses, how many bytes of
-//!    that region a call needs, and whether it sends data in Lamport form.
+//!    that region a call needs, and what its Lamport data (if any) does to
+//!    results ([`SentinelRule`], which the tuner's result checks follow).
 //!
 //! Nothing else changes: `tuner sweep` measures every algorithm the vocabulary
 //! lists for a collective, and dispatch launches whatever the registry names.
@@ -40,14 +41,16 @@ pub enum KernelFamily {
     TwoShot = 3,
     /// The loopback world's stand-in for NCCL (not an algorithm of the tables).
     Reference = 4,
+    TwoShotPush = 5,
 }
 
 impl KernelFamily {
-    pub const ALL: [KernelFamily; 4] = [
+    pub const ALL: [KernelFamily; 5] = [
         KernelFamily::Push,
         KernelFamily::Pull,
         KernelFamily::TwoShot,
         KernelFamily::Reference,
+        KernelFamily::TwoShotPush,
     ];
 
     /// The id in a fault word.
@@ -67,6 +70,7 @@ impl KernelFamily {
             KernelFamily::Pull => "pull",
             KernelFamily::TwoShot => "two_shot",
             KernelFamily::Reference => "reference",
+            KernelFamily::TwoShotPush => "two_shot_push",
         }
     }
 
@@ -77,6 +81,7 @@ impl KernelFamily {
             KernelFamily::Pull => "CT_KERNEL_PULL",
             KernelFamily::TwoShot => "CT_KERNEL_TWO_SHOT",
             KernelFamily::Reference => "CT_KERNEL_REFERENCE",
+            KernelFamily::TwoShotPush => "CT_KERNEL_TWO_SHOT_PUSH",
         }
     }
 
@@ -118,9 +123,25 @@ pub struct CustomAlgorithm {
     /// size. Capacity becomes buffer size through it, and a call that needs
     /// more than the world's buffers hold is declined.
     pub footprint: fn(per_rank: u64, world: usize) -> u64,
-    /// Whether its data crosses in Lamport form, so a 32-bit word equal to the
-    /// sentinel is sent as 0 (the numerical contract's one bit change).
-    pub sentinel_rule: bool,
+    /// What the Lamport form of its data does to results (the numerical
+    /// contract's one bit change).
+    pub sentinel_rule: SentinelRule,
+}
+
+/// How an algorithm's results may differ from the exact rank-order sum (or the
+/// exact gather) because its data crosses in Lamport form, where the 32-bit
+/// sentinel word means "not arrived yet" and is therefore never sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SentinelRule {
+    /// Exact: no Lamport data.
+    None,
+    /// Every input word equal to the sentinel is sent, and used by its own rank,
+    /// as 0 (one_shot_push).
+    Inputs,
+    /// As `Inputs`, and every word of the reduced sum equal to the sentinel is
+    /// also sent, and stored by its own rank, as 0 (two_shot_push, which sends
+    /// the sums in Lamport form too), so every rank holds the same bits.
+    InputsAndSums,
 }
 
 /// A whole message per rank.
@@ -129,14 +150,14 @@ fn message(per_rank: u64, _world: usize) -> u64 {
 }
 
 /// Every custom algorithm.
-pub const REGISTRY: [CustomAlgorithm; 3] = [
+pub const REGISTRY: [CustomAlgorithm; 4] = [
     CustomAlgorithm {
         algo: Algo::OneShotPush,
         family: KernelFamily::Push,
         collectives: &[Collective::AllReduce, Collective::AllGather],
         region: Region::Push,
         footprint: message,
-        sentinel_rule: true,
+        sentinel_rule: SentinelRule::Inputs,
     },
     CustomAlgorithm {
         algo: Algo::OneShotPull,
@@ -144,7 +165,7 @@ pub const REGISTRY: [CustomAlgorithm; 3] = [
         collectives: &[Collective::AllReduce, Collective::AllGather],
         region: Region::Staging,
         footprint: message,
-        sentinel_rule: false,
+        sentinel_rule: SentinelRule::None,
     },
     CustomAlgorithm {
         algo: Algo::TwoShotPull,
@@ -152,7 +173,15 @@ pub const REGISTRY: [CustomAlgorithm; 3] = [
         collectives: &[Collective::AllReduce],
         region: Region::Staging,
         footprint: two_shot_half_bytes,
-        sentinel_rule: false,
+        sentinel_rule: SentinelRule::None,
+    },
+    CustomAlgorithm {
+        algo: Algo::TwoShotPush,
+        family: KernelFamily::TwoShotPush,
+        collectives: &[Collective::AllReduce],
+        region: Region::Push,
+        footprint: two_shot_push_slot_bytes,
+        sentinel_rule: SentinelRule::InputsAndSums,
     },
 ];
 
@@ -172,11 +201,10 @@ pub fn implemented_pairs() -> impl Iterator<Item = (Collective, Algo)> {
     })
 }
 
-/// Whether `algo`'s data crosses in Lamport form, so that a 32-bit word equal
-/// to the sentinel arrives as 0 (the numerical contract's one bit change; the
-/// push algorithms).
-pub fn follows_sentinel_rule(algo: Algo) -> bool {
-    custom(algo).is_some_and(|a| a.sentinel_rule)
+/// What the Lamport form of `algo`'s data does to its results
+/// ([`SentinelRule::None`] for NCCL and the barrier algorithms).
+pub fn sentinel_rule(algo: Algo) -> SentinelRule {
+    custom(algo).map_or(SentinelRule::None, |a| a.sentinel_rule)
 }
 
 /// Bytes of a staging half that a two_shot_pull all-reduce of `bytes` (a
@@ -186,6 +214,18 @@ pub fn follows_sentinel_rule(algo: Algo) -> bool {
 pub const fn two_shot_half_bytes(bytes: u64, world: usize) -> u64 {
     let w = if world == 0 { 1 } else { world as u64 };
     2 * w * shard_packs(bytes / PACK_BYTES, w) * PACK_BYTES
+}
+
+/// Bytes of a push slot that a two_shot_push all-reduce of `bytes` (a multiple
+/// of 16) needs in a world of `world` ranks: slot q of rank s receives rank q's
+/// copy of shard s, then shard q as reduced by rank q, each of
+/// `ceil(packs / world)` packs (kernels/cuda/two_shot_push.cu). A world of one
+/// sends nothing.
+pub const fn two_shot_push_slot_bytes(bytes: u64, world: usize) -> u64 {
+    if world <= 1 {
+        return 0;
+    }
+    2 * shard_packs(bytes / PACK_BYTES, world as u64) * PACK_BYTES
 }
 
 #[cfg(test)]
@@ -232,6 +272,8 @@ mod tests {
     fn families_serve_what_their_algorithms_implement() {
         assert!(KernelFamily::Push.serves(Collective::AllGather));
         assert!(!KernelFamily::TwoShot.serves(Collective::AllGather));
+        assert!(!KernelFamily::TwoShotPush.serves(Collective::AllGather));
+        assert_eq!(KernelFamily::TwoShotPush.describe(), "two_shot_push");
         assert!(KernelFamily::Reference.serves(Collective::AllGather));
         assert_eq!(KernelFamily::TwoShot.describe(), "two_shot_pull");
         assert_eq!(
@@ -241,11 +283,39 @@ mod tests {
     }
 
     #[test]
-    fn only_push_follows_the_sentinel_rule() {
-        assert!(follows_sentinel_rule(Algo::OneShotPush));
-        assert!(!follows_sentinel_rule(Algo::OneShotPull));
-        assert!(!follows_sentinel_rule(Algo::TwoShotPull));
-        assert!(!follows_sentinel_rule(Algo::Nccl));
+    fn only_the_push_algorithms_follow_the_sentinel_rule() {
+        assert_eq!(sentinel_rule(Algo::OneShotPush), SentinelRule::Inputs);
+        assert_eq!(
+            sentinel_rule(Algo::TwoShotPush),
+            SentinelRule::InputsAndSums
+        );
+        assert_eq!(sentinel_rule(Algo::OneShotPull), SentinelRule::None);
+        assert_eq!(sentinel_rule(Algo::TwoShotPull), SentinelRule::None);
+        assert_eq!(sentinel_rule(Algo::Nccl), SentinelRule::None);
+        for entry in REGISTRY {
+            // Lamport data needs the sentinel-armed push region.
+            assert_eq!(
+                entry.sentinel_rule != SentinelRule::None,
+                entry.region == Region::Push,
+                "{}",
+                entry.algo.name()
+            );
+        }
+    }
+
+    #[test]
+    fn two_shot_push_slots_hold_a_shard_copy_and_a_reduced_shard() {
+        assert_eq!(two_shot_push_slot_bytes(64, 2), 64);
+        // 5 packs over 4 ranks: shards of 2 packs.
+        assert_eq!(two_shot_push_slot_bytes(80, 4), 2 * 2 * 16);
+        assert_eq!(two_shot_push_slot_bytes(1 << 20, 1), 0);
+        for world in 2..=8 {
+            for packs in 1..200u64 {
+                let need = two_shot_push_slot_bytes(packs * 16, world);
+                let shard = packs.div_ceil(world as u64) * 16;
+                assert_eq!(need, 2 * shard);
+            }
+        }
     }
 
     #[test]

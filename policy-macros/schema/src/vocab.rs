@@ -38,6 +38,7 @@ impl Collective {
                 Algo::OneShotPush,
                 Algo::OneShotPull,
                 Algo::TwoShotPull,
+                Algo::TwoShotPush,
             ],
             Collective::AllGather => &[Algo::Nccl, Algo::OneShotPush, Algo::OneShotPull],
         }
@@ -195,14 +196,18 @@ pub enum Algo {
     OneShotPull,
     /// Reduce-scatter then all-gather through registered buffers (all-reduce only).
     TwoShotPull,
+    /// Reduce-scatter then all-gather by Lamport-style pushes into every peer's
+    /// sentinel-armed buffer, no barrier (all-reduce only).
+    TwoShotPush,
 }
 
 impl Algo {
-    pub const ALL: [Algo; 4] = [
+    pub const ALL: [Algo; 5] = [
         Algo::Nccl,
         Algo::OneShotPush,
         Algo::OneShotPull,
         Algo::TwoShotPull,
+        Algo::TwoShotPush,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -211,6 +216,7 @@ impl Algo {
             Algo::OneShotPush => "one_shot_push",
             Algo::OneShotPull => "one_shot_pull",
             Algo::TwoShotPull => "two_shot_pull",
+            Algo::TwoShotPush => "two_shot_push",
         }
     }
 
@@ -227,7 +233,7 @@ impl Algo {
     pub const fn implements(self, collective: Collective) -> bool {
         !matches!(
             (self, collective),
-            (Algo::TwoShotPull, Collective::AllGather)
+            (Algo::TwoShotPull | Algo::TwoShotPush, Collective::AllGather)
         )
     }
 
@@ -252,7 +258,8 @@ impl Algo {
 /// The capacity `kernels` assumes for a custom algorithm on a platform whose file
 /// does not declare one (or that has no file at all).
 ///
-/// - all-reduce: `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB, `two_shot_pull` 64 MiB;
+/// - all-reduce: `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB, `two_shot_pull` 64 MiB,
+///   `two_shot_push` 8 MiB (it shares the push region with `one_shot_push`);
 /// - all-gather: `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB;
 /// - alignment 16 bytes for every custom algorithm (the kernels move 16-byte vectors);
 /// - `nccl` takes any size: `max_bytes = u64::MAX`, `align = 1`;
@@ -267,7 +274,7 @@ pub const fn default_capacity(collective: Collective, algo: Algo) -> Capacity {
                 align: 1,
             };
         }
-        (Collective::AllGather, Algo::TwoShotPull) => {
+        (Collective::AllGather, Algo::TwoShotPull | Algo::TwoShotPush) => {
             return Capacity {
                 max_bytes: 0,
                 align: 1,
@@ -276,6 +283,7 @@ pub const fn default_capacity(collective: Collective, algo: Algo) -> Capacity {
         (_, Algo::OneShotPush) => 8 * MIB,
         (_, Algo::OneShotPull) => 16 * MIB,
         (Collective::AllReduce, Algo::TwoShotPull) => 64 * MIB,
+        (Collective::AllReduce, Algo::TwoShotPush) => 8 * MIB,
     };
     Capacity {
         max_bytes,
@@ -385,9 +393,12 @@ mod tests {
 
     #[test]
     fn two_shot_is_all_reduce_only() {
-        assert!(Algo::TwoShotPull.implements(Collective::AllReduce));
-        assert!(!Algo::TwoShotPull.implements(Collective::AllGather));
-        assert!(!Collective::AllGather.algos().contains(&Algo::TwoShotPull));
+        for two_shot in [Algo::TwoShotPull, Algo::TwoShotPush] {
+            assert!(two_shot.implements(Collective::AllReduce));
+            assert!(!two_shot.implements(Collective::AllGather));
+            assert!(!Collective::AllGather.algos().contains(&two_shot));
+            assert!(Collective::AllReduce.algos().contains(&two_shot));
+        }
     }
 
     #[test]
@@ -407,6 +418,8 @@ mod tests {
         assert_eq!(default_capacity(ar, Algo::OneShotPush).max_bytes, 8 * MIB);
         assert_eq!(default_capacity(ar, Algo::OneShotPull).max_bytes, 16 * MIB);
         assert_eq!(default_capacity(ar, Algo::TwoShotPull).max_bytes, 64 * MIB);
+        assert_eq!(default_capacity(ar, Algo::TwoShotPush).max_bytes, 8 * MIB);
+        assert!(!default_capacity(ag, Algo::TwoShotPush).accepts(16));
         assert_eq!(default_capacity(ag, Algo::OneShotPush).max_bytes, 8 * MIB);
         assert_eq!(default_capacity(ag, Algo::OneShotPull).max_bytes, 16 * MIB);
         assert_eq!(default_capacity(ar, Algo::OneShotPull).align, 16);

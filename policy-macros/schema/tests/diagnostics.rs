@@ -86,7 +86,7 @@ fn unknown_algorithm() {
     ));
     assert_eq!(
         d.message,
-        "unknown algorithm `ring`; expected one of: nccl, one_shot_push, one_shot_pull, two_shot_pull"
+        "unknown algorithm `ring`; expected one of: nccl, one_shot_push, one_shot_pull, two_shot_pull, two_shot_push"
     );
     assert_eq!(at(&d), (21, 27));
     assert_eq!(

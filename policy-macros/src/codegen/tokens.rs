@@ -12,6 +12,7 @@ pub fn algo(a: Algo) -> TokenStream {
         Algo::OneShotPush => quote!(::policy::Algo::OneShotPush),
         Algo::OneShotPull => quote!(::policy::Algo::OneShotPull),
         Algo::TwoShotPull => quote!(::policy::Algo::TwoShotPull),
+        Algo::TwoShotPush => quote!(::policy::Algo::TwoShotPush),
     }
 }
 

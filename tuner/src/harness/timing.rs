@@ -307,7 +307,7 @@ fn validate_typed<T: Element>(
     let real_nccl = ran == Algo::Nccl && fallback == Fallback::Nccl && world > 1;
     let check = |rank: usize| {
         let output = &results[rank].1;
-        let pushed = kernels::raw::follows_sentinel_rule(ran);
+        let pushed = kernels::raw::sentinel_rule(ran) != kernels::raw::SentinelRule::None;
         match collective {
             Collective::AllReduce => {
                 validation::check_all_reduce_of(ran, real_nccl, &inputs, output)

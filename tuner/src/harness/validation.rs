@@ -9,14 +9,17 @@
 //!   bitwise: sums start from rank 0's value, never from +0.0);
 //! - the push algorithms send a 32-bit word equal to the sentinel 0x80000000 as
 //!   0: f32 -0.0 becomes +0.0, and for bf16/f16 an aligned element pair
-//!   (+0.0, -0.0) becomes (+0.0, +0.0). References apply the same substitution
-//!   when `pushed` is true. Every other bit pattern is delivered unchanged.
+//!   (+0.0, -0.0) becomes (+0.0, +0.0). `SentinelRule::Inputs`: the inputs are
+//!   substituted (one_shot_push); `SentinelRule::InputsAndSums`: the reduced sums
+//!   too (two_shot_push). References apply the same substitution
+//!   (`kernels::raw::sentinel_rule` names each algorithm's rule). Every other bit
+//!   pattern is delivered unchanged.
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use kernels::Element;
-use kernels::raw::{MAX_WORLD, replace_sentinel_words};
+use kernels::raw::{MAX_WORLD, SentinelRule, replace_sentinel_words, sentinel_rule};
 use policy::{Algo, DType};
 
 /// Byte written over outputs before a run, so an output the kernel never wrote
@@ -129,15 +132,15 @@ fn output_slack(dtype: DType) -> (f64, f64) {
 }
 
 /// Checks an all-reduce output against an f64 sum of the inputs in rank order.
-/// `pushed`: the result came from a push algorithm (sentinel substitution).
-/// The colltune kernels sum in f32 and round once, which is what the tolerance
-/// allows (see [`check_nccl_all_reduce`] for NCCL's results).
+/// `rule`: what the algorithm's Lamport data does to results (see the module
+/// docs). The colltune kernels sum in f32 and round once, which is what the
+/// tolerance allows (see [`check_nccl_all_reduce`] for NCCL's results).
 pub fn check_all_reduce<T: Element>(
     inputs: &[Vec<T>],
     output: &[T],
-    pushed: bool,
+    rule: SentinelRule,
 ) -> Result<(), String> {
-    check_all_reduce_rounded(inputs, output, pushed, 0)
+    check_all_reduce_rounded(inputs, output, rule, 0)
 }
 
 /// Checks an all-reduce that NCCL ran across several GPUs. NCCL's ring and
@@ -147,16 +150,12 @@ pub fn check_all_reduce<T: Element>(
 /// inputs cancel); each of those roundings may add one unit in the last place
 /// of the largest partial sum, bounded by the sum of the inputs' magnitudes.
 pub fn check_nccl_all_reduce<T: Element>(inputs: &[Vec<T>], output: &[T]) -> Result<(), String> {
-    check_all_reduce_rounded(inputs, output, false, inputs.len().saturating_sub(1))
-}
-
-/// Whether `ran` is the two-shot built as the Lamport experiment variant, which
-/// follows the push algorithms' sentinel rule.
-fn lamport_two_shot(ran: Algo) -> bool {
-    ran == Algo::TwoShotPull
-        && kernels::raw::experiment_defines()
-            .iter()
-            .any(|(name, _)| name == "CT_EXP_TWO_SHOT_LAMPORT")
+    check_all_reduce_rounded(
+        inputs,
+        output,
+        SentinelRule::None,
+        inputs.len().saturating_sub(1),
+    )
 }
 
 /// The all-reduce check for a result that `ran` produced: NCCL across several
@@ -172,11 +171,7 @@ pub fn check_all_reduce_of<T: Element>(
     if nccl_across_gpus {
         check_nccl_all_reduce(inputs, output)
     } else {
-        check_all_reduce(
-            inputs,
-            output,
-            kernels::raw::follows_sentinel_rule(ran) || lamport_two_shot(ran),
-        )
+        check_all_reduce(inputs, output, sentinel_rule(ran))
     }
 }
 
@@ -185,10 +180,10 @@ pub fn check_all_reduce_of<T: Element>(
 fn check_all_reduce_rounded<T: Element>(
     inputs: &[Vec<T>],
     output: &[T],
-    pushed: bool,
+    rule: SentinelRule,
     extra_roundings: usize,
 ) -> Result<(), String> {
-    let inputs: Vec<Vec<T>> = if pushed {
+    let inputs: Vec<Vec<T>> = if rule != SentinelRule::None {
         inputs.iter().map(|x| sentinel_substituted(x)).collect()
     } else {
         inputs.to_vec()
@@ -216,8 +211,19 @@ fn check_all_reduce_rounded<T: Element>(
         let ok = if exact.is_nan() {
             got.is_nan()
         } else if column.iter().all(|v| *v == 0.0) {
-            // Exact, sign included: -0.0 only when every input is -0.0.
-            let negative = column.iter().all(|v| v.is_sign_negative());
+            // Exact, sign included: -0.0 only when every input is -0.0, unless
+            // the sums are sent as Lamport data and this -0.0 completes a
+            // sentinel word: (+0.0, -0.0) at an even index of a 16-bit type,
+            // which every rank then holds as (+0.0, +0.0).
+            let mut negative = column.iter().all(|v| v.is_sign_negative());
+            if negative
+                && rule == SentinelRule::InputsAndSums
+                && T::DTYPE.size_bytes() == 2
+                && i % 2 == 1
+                && output[i - 1].to_bits() == 0
+            {
+                negative = false;
+            }
             got == 0.0 && got.is_sign_negative() == negative
         } else if exact.is_infinite() || T::from_f64(exact).to_f64().is_infinite() {
             got == T::from_f64(exact).to_f64()
@@ -346,23 +352,45 @@ mod tests {
             f32s(&[2.0, -0.0, -0.0, 1.0, f32::INFINITY]),
         ];
         let good = f32s(&[3.0, -0.0, 0.0, f32::NAN, f32::INFINITY]);
-        assert!(check_all_reduce(&inputs, &good, false).is_ok());
+        assert!(check_all_reduce(&inputs, &good, SentinelRule::None).is_ok());
         let mut wrong_sign = good.clone();
         wrong_sign[1] = 0.0;
-        assert!(check_all_reduce(&inputs, &wrong_sign, false).is_err());
+        assert!(check_all_reduce(&inputs, &wrong_sign, SentinelRule::None).is_err());
         let mut off = good.clone();
         off[0] = 3.001;
-        let err = check_all_reduce(&inputs, &off, false).unwrap_err();
+        let err = check_all_reduce(&inputs, &off, SentinelRule::None).unwrap_err();
         assert!(err.contains("[0]"), "{err}");
+    }
+
+    #[test]
+    fn lamport_sums_turn_a_sentinel_pair_into_positive_zeros() {
+        // bf16 pairs: lo columns cancel to +0.0, hi columns are all -0.0, so
+        // the sum word is the sentinel (+0.0, -0.0).
+        let one = bf16::from_f64(1.0);
+        let minus_one = bf16::from_f64(-1.0);
+        let nz = bf16::from_f64(-0.0);
+        let pz = bf16::from_f64(0.0);
+        let inputs = vec![vec![one, nz], vec![minus_one, nz]];
+        let substituted = [pz, pz];
+        let kept = [pz, nz];
+        assert!(check_all_reduce(&inputs, &substituted, SentinelRule::InputsAndSums).is_ok());
+        assert!(check_all_reduce(&inputs, &kept, SentinelRule::InputsAndSums).is_err());
+        assert!(check_all_reduce(&inputs, &kept, SentinelRule::Inputs).is_ok());
+        assert!(check_all_reduce(&inputs, &substituted, SentinelRule::Inputs).is_err());
+        // A lo sum that is not +0.0 leaves the hi -0.0 alone.
+        let inputs = vec![vec![one, nz], vec![one, nz]];
+        let two = bf16::from_f64(2.0);
+        assert!(check_all_reduce(&inputs, &[two, nz], SentinelRule::InputsAndSums).is_ok());
+        assert!(check_all_reduce(&inputs, &[two, pz], SentinelRule::InputsAndSums).is_err());
     }
 
     #[test]
     fn pushed_results_follow_the_sentinel_substitution() {
         // Both ranks send f32 -0.0: pushed as +0.0, so the sum is +0.0.
         let inputs = vec![f32s(&[-0.0]), f32s(&[-0.0])];
-        assert!(check_all_reduce(&inputs, &[0.0], true).is_ok());
-        assert!(check_all_reduce(&inputs, &[-0.0], true).is_err());
-        assert!(check_all_reduce(&inputs, &[-0.0], false).is_ok());
+        assert!(check_all_reduce(&inputs, &[0.0], SentinelRule::Inputs).is_ok());
+        assert!(check_all_reduce(&inputs, &[-0.0], SentinelRule::Inputs).is_err());
+        assert!(check_all_reduce(&inputs, &[-0.0], SentinelRule::None).is_ok());
         assert!(check_all_gather(&inputs, &[0.0, 0.0], true).is_ok());
         assert!(check_all_gather(&inputs, &[-0.0, -0.0], false).is_ok());
     }
@@ -396,7 +424,7 @@ mod tests {
         // Two bf16 units in the last place off: out of our kernels' contract,
         // within NCCL's (partial sums of magnitude ~4 rounded on the way).
         let off = vec![bf16::from_f32(exact + 2.0 * 2f32.powi(-8))];
-        assert!(check_all_reduce(&inputs, &off, false).is_err());
+        assert!(check_all_reduce(&inputs, &off, SentinelRule::None).is_err());
         assert!(check_nccl_all_reduce(&inputs, &off).is_ok());
         // Far off is wrong for NCCL too.
         let wrong = vec![bf16::from_f32(exact + 0.25)];
@@ -410,8 +438,10 @@ mod tests {
             vec![bf16::from_f64(1.0)],
             vec![bf16::from_f64(2f64.powi(-9))],
         ];
-        assert!(check_all_reduce(&inputs, &[bf16::from_f64(1.0)], false).is_ok());
-        assert!(check_all_reduce(&inputs, &[bf16::from_f64(1.0078125)], false).is_ok());
-        assert!(check_all_reduce(&inputs, &[bf16::from_f64(1.03125)], false).is_err());
+        assert!(check_all_reduce(&inputs, &[bf16::from_f64(1.0)], SentinelRule::None).is_ok());
+        assert!(
+            check_all_reduce(&inputs, &[bf16::from_f64(1.0078125)], SentinelRule::None).is_ok()
+        );
+        assert!(check_all_reduce(&inputs, &[bf16::from_f64(1.03125)], SentinelRule::None).is_err());
     }
 }
