@@ -20,9 +20,10 @@
 //!
 //! # What is generated
 //!
-//! - [`select`]`(q) -> Algo`: constant-array lookups: the (link, table arch) and
-//!   (collective, world size, dtype, mode) give a table index, and the band is
-//!   found by counting, without branches, the band edges below `q.bytes`
+//! - [`select`]`(q) -> Algo`: constant-array lookups: the (link, table arch)
+//!   and the query's [`TableKey`] (collective, world size, dtype, mode) give a
+//!   table index, and the band is found by counting, without branches, the
+//!   band edges below `q.bytes`
 //!   (≈4 ns per query; a `match` with an `if` chain measured ≈12 ns);
 //! - [`table_arch`]`(arch, link)`: which platform file answers a query;
 //! - [`capacity`]`(arch, link, collective, algo)`: the buffer size and alignment
@@ -127,7 +128,8 @@ pub use platforms::{BandInfo, CapacityInfo, PlatformInfo, TableInfo};
 pub use policy_macros::include_tuned;
 pub use tables::{Tables, TablesInUse, tables_in_use, use_tables};
 pub use tuned_schema::{
-    Algo, Arch, Capacity, Collective, DEFAULT_ALIGN, DType, Link, Mode, Query, default_capacity,
+    Algo, Arch, Capacity, Collective, DEFAULT_ALIGN, DType, Link, Mode, Query, TableKey,
+    default_capacity,
 };
 
 // `tuned` is inside this package so that the published crate carries it; in

@@ -3,7 +3,7 @@
 //! that `include_tuned!` lays out from the same files, and `table_arch` is a
 //! generated `match` over minor ranges.
 
-use crate::{Algo, Arch, Capacity, Collective, DType, Link, Mode};
+use crate::{Algo, Arch, Capacity, Collective, Link, TableKey};
 
 /// One `tuned/*.toml` file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,10 +32,8 @@ pub struct CapacityInfo {
 /// One `[[table]]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableInfo {
-    pub collective: Collective,
-    pub world_size: u32,
-    pub dtype: DType,
-    pub mode: Mode,
+    /// `(collective, world size, dtype, mode)`: which queries this table answers.
+    pub key: TableKey,
     /// `measured` or `published`: where this table's figures come from — its
     /// own `source`, or the file's when it names none (`source_inherited`).
     pub source: &'static str,
@@ -62,19 +60,8 @@ pub struct BandInfo {
 }
 
 impl PlatformInfo {
-    /// The table for `(collective, world_size, dtype, mode)` in this file, if any.
-    pub fn table(
-        &self,
-        collective: Collective,
-        world_size: u32,
-        dtype: DType,
-        mode: Mode,
-    ) -> Option<&'static TableInfo> {
-        self.tables.iter().find(|t| {
-            t.collective == collective
-                && t.world_size == world_size
-                && t.dtype == dtype
-                && t.mode == mode
-        })
+    /// The table for `key` in this file, if any (for a query `q`: `q.key()`).
+    pub fn table(&self, key: TableKey) -> Option<&'static TableInfo> {
+        self.tables.iter().find(|t| t.key == key)
     }
 }

@@ -333,6 +333,11 @@ impl Capacity {
 ///
 /// `bytes` is the size of the collective's output in bytes: for all-reduce the
 /// tensor's size, for all-gather the gathered tensor (world size × each rank's input).
+///
+/// A query is a platform (`arch`, `link`), a table key (`collective`,
+/// `world_size`, `dtype`, `mode`: [`Query::key`]) and a size; the two
+/// directions between a query and its key are [`Query::key`] and
+/// [`TableKey::query`], written here once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Query {
     pub collective: Collective,
@@ -342,6 +347,57 @@ pub struct Query {
     pub dtype: DType,
     pub mode: Mode,
     pub bytes: u64,
+}
+
+impl Query {
+    /// The key of the table that answers this query within its platform's file.
+    pub const fn key(self) -> TableKey {
+        TableKey {
+            collective: self.collective,
+            world_size: self.world_size,
+            dtype: self.dtype,
+            mode: self.mode,
+        }
+    }
+}
+
+/// What a table is selected by, within one platform: everything of a [`Query`]
+/// but the platform and the size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableKey {
+    pub collective: Collective,
+    pub world_size: u32,
+    pub dtype: DType,
+    pub mode: Mode,
+}
+
+impl TableKey {
+    /// The query of `bytes` on this key, on platform (`arch`, `link`).
+    pub const fn query(self, arch: Arch, link: Link, bytes: u64) -> Query {
+        Query {
+            collective: self.collective,
+            arch,
+            link,
+            world_size: self.world_size,
+            dtype: self.dtype,
+            mode: self.mode,
+            bytes,
+        }
+    }
+}
+
+/// `all_reduce ws8 bf16 graph`: how a key is named in messages and reports.
+impl core::fmt::Display for TableKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{} ws{} {} {}",
+            self.collective.name(),
+            self.world_size,
+            self.dtype.name(),
+            self.mode.name()
+        )
+    }
 }
 
 #[cfg(test)]
@@ -413,6 +469,20 @@ mod tests {
         assert!(default_capacity(ar, Algo::Nccl).accepts(u64::MAX));
         assert!(default_capacity(ag, Algo::Nccl).accepts(3));
         assert!(!default_capacity(ag, Algo::TwoShotPull).accepts(16));
+    }
+
+    #[test]
+    fn a_query_and_its_key() {
+        let key = TableKey {
+            collective: Collective::AllGather,
+            world_size: 4,
+            dtype: DType::F16,
+            mode: Mode::Eager,
+        };
+        let q = key.query(Arch::SM90, Link::Pcie, 4096);
+        assert_eq!((q.arch, q.link, q.bytes), (Arch::SM90, Link::Pcie, 4096));
+        assert_eq!(q.key(), key);
+        assert_eq!(key.to_string(), "all_gather ws4 f16 eager");
     }
 
     #[test]

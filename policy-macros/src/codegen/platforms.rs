@@ -32,10 +32,7 @@ fn platform_info(file: &ParsedFile) -> TokenStream {
         }
     });
     let tables = doc.tables.iter().map(|t| {
-        let collective = tokens::collective(t.key.collective);
-        let world_size = tokens::u32_lit(t.key.world_size);
-        let dtype = tokens::dtype(t.key.dtype);
-        let mode = tokens::mode(t.key.mode);
+        let key = tokens::table_key(t.key);
         // Resolved here, so `PLATFORMS` readers never re-implement the default.
         let origin = doc.origin(t);
         let source = origin.source.name();
@@ -58,10 +55,7 @@ fn platform_info(file: &ParsedFile) -> TokenStream {
         });
         quote! {
             ::policy::TableInfo {
-                collective: #collective,
-                world_size: #world_size,
-                dtype: #dtype,
-                mode: #mode,
+                key: #key,
                 source: #source,
                 source_inherited: #inherited,
                 citation: #citation,

@@ -20,7 +20,6 @@ use kernels::{Options, RankComm};
 use tuned_schema::{Algo, CapacityEntry, Collective, DType, Link, TableKey};
 
 use super::{Backend, BackendError, PlatformDesc, Repetitions, Validated};
-use crate::evidence::key_name;
 use crate::stats;
 
 /// The most ranks the kernels serve in one world.
@@ -183,11 +182,7 @@ impl Backend for GpuBackend {
                 .map(|()| Validated::Yes)
                 .map_err(BackendError);
         }
-        let seed = stats::seed_for(&format!(
-            "verify/{}/{bytes}/{}",
-            key_name(&key),
-            algo.name()
-        ));
+        let seed = stats::seed_for(&format!("verify/{}/{bytes}/{}", key, algo.name()));
         let ranks = self.ranks(key.world_size)?;
         let result = timing::validate(ranks, key.collective, key.dtype, algo, bytes, seed);
         if let Err(e) = &result {
