@@ -20,9 +20,11 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, result as driver, sys};
 use half::{bf16, f16};
 
-use kernels::raw::{self, DriverContext, PairLink, arch_of, nccl_version, pair_link, sm_count};
+use kernels::raw::{
+    self, DriverContext, PairLink, Reach, arch_of, nccl_version, pair_link, sm_count,
+};
 use kernels::{Element, Error, Fallback, Options, RankComm, Result, Select, World};
-use policy::{Algo, Arch, Collective, DType, Link, Mode};
+use policy::{Algo, Arch, Collective, DType, Mode};
 
 use super::concurrent::for_each_rank;
 use super::validation::{self, POISON_BYTE};
@@ -393,12 +395,12 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
-    /// The link to `peer` as the policy sees it.
-    pub fn link_to(&self, peer: usize) -> Option<Link> {
+    /// How this GPU reaches `peer` (a GPU it has no entry for: not visible).
+    pub fn reach_to(&self, peer: usize) -> Reach {
         self.links
             .iter()
             .find(|(p, _)| *p == peer)
-            .map(|(_, l)| l.link())
+            .map_or(Reach::NotVisible, |(_, l)| l.reach())
     }
 }
 
