@@ -59,6 +59,8 @@
 //!
 //! `Query::bytes` is the size of the collective's OUTPUT: for all-reduce the
 //! tensor, for all-gather the gathered tensor (world size × each rank's input).
+//! [`Collective::output_size`] and [`Collective::per_rank_size`] convert
+//! between a rank's input and the output.
 //!
 //! # Which tables are built in
 //!

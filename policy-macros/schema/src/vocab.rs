@@ -42,6 +42,30 @@ impl Collective {
             Collective::AllGather => &[Algo::Nccl, Algo::OneShotPush, Algo::OneShotPull],
         }
     }
+
+    /// The size of a call's output when each of `world_size` ranks contributes
+    /// `per_rank` (bytes or elements): `per_rank` for all-reduce, `world_size ×
+    /// per_rank` for all-gather. The one conversion between the two sizes
+    /// ([`Query::bytes`] is an output size); [`Collective::per_rank_size`] is
+    /// its inverse.
+    pub const fn output_size(self, world_size: u64, per_rank: u64) -> u64 {
+        per_rank * self.shares(world_size)
+    }
+
+    /// What each of `world_size` ranks contributes to an output of `output`
+    /// (bytes or elements): `output` for all-reduce, `output / world_size`
+    /// (rounded down) for all-gather.
+    pub const fn per_rank_size(self, world_size: u64, output: u64) -> u64 {
+        output / self.shares(world_size)
+    }
+
+    /// How many ranks' contributions the output holds side by side.
+    const fn shares(self, world_size: u64) -> u64 {
+        match self {
+            Collective::AllReduce => 1,
+            Collective::AllGather => world_size,
+        }
+    }
 }
 
 /// A compute-capability bucket such as `sm90` (9.0) or `sm103` (10.3).
@@ -319,7 +343,7 @@ impl Capacity {
                 w > 0
                     && bytes.is_multiple_of(w)
                     && bytes <= self.max_bytes
-                    && self.accepts_share(bytes / w)
+                    && self.accepts_share(collective.per_rank_size(w, bytes))
             }
         }
     }
@@ -444,6 +468,16 @@ mod tests {
         assert!(Algo::TwoShotPull.implements(Collective::AllReduce));
         assert!(!Algo::TwoShotPull.implements(Collective::AllGather));
         assert!(!Collective::AllGather.algos().contains(&Algo::TwoShotPull));
+    }
+
+    #[test]
+    fn output_and_per_rank_sizes() {
+        let (ar, ag) = (Collective::AllReduce, Collective::AllGather);
+        assert_eq!(ar.output_size(4, 1024), 1024);
+        assert_eq!(ag.output_size(4, 1024), 4096);
+        assert_eq!(ar.per_rank_size(4, 4096), 4096);
+        assert_eq!(ag.per_rank_size(4, 4096), 1024);
+        assert_eq!(ag.per_rank_size(4, 4099), 1024);
     }
 
     #[test]

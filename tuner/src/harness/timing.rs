@@ -81,10 +81,8 @@ pub fn message_lengths(
     bytes: u64,
 ) -> Result<(usize, usize)> {
     let element = dtype.size_bytes();
-    let unit = match collective {
-        Collective::AllReduce => element,
-        Collective::AllGather => element * world as u64,
-    };
+    // One element from every rank.
+    let unit = collective.output_size(world as u64, element);
     if bytes == 0 || !bytes.is_multiple_of(unit) {
         return Err(Error::Mismatch(format!(
             "{bytes} bytes is not a whole number of {} elements{}",
@@ -96,7 +94,7 @@ pub fn message_lengths(
             }
         )));
     }
-    let per_rank = bytes / (unit / element);
+    let per_rank = collective.per_rank_size(world as u64, bytes);
     Ok(((per_rank / element) as usize, (bytes / element) as usize))
 }
 
