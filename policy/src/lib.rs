@@ -123,15 +123,15 @@ mod platforms;
 mod tables;
 
 pub use overrides::{OVERRIDE_ENV, OverrideError, Policy};
-pub use platforms::{BandInfo, CapacityInfo, PlatformInfo, TableInfo};
+pub use platforms::{PlatformInfo, TableInfo};
 /// Compiles a folder of `*.toml` tables into `select`, `capacity`,
 /// `table_arch`, `PLATFORMS` and `TABLES` in the invoking module, with the same
 /// checks as `policy`'s own; see [An engine's own tables](crate#an-engines-own-tables).
 pub use policy_macros::include_tuned;
 pub use tables::{Tables, TablesInUse, tables_in_use, use_tables};
 pub use tuned_schema::{
-    Algo, Arch, Capacity, Collective, DEFAULT_ALIGN, DType, Link, Mode, Query, TableKey,
-    default_capacity,
+    Algo, Arch, Band, Capacity, CapacityEntry, Collective, DEFAULT_ALIGN, DType, Link, Mode, Query,
+    TableKey, default_capacity,
 };
 
 // `tuned` is inside this package so that the published crate carries it; in

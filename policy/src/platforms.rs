@@ -3,7 +3,7 @@
 //! that `include_tuned!` lays out from the same files, and `table_arch` is a
 //! generated `match` over minor ranges.
 
-use crate::{Algo, Arch, Capacity, Collective, Link, TableKey};
+use crate::{Arch, Band, CapacityEntry, Link, TableKey};
 
 /// One `tuned/*.toml` file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,16 +17,9 @@ pub struct PlatformInfo {
     pub citation: Option<&'static str>,
     /// The file, as named to the macro (e.g. `../tuned/sm90-nvlink.toml`).
     pub file: &'static str,
-    pub capacities: &'static [CapacityInfo],
+    /// The file's `[[capacity]]` entries.
+    pub capacities: &'static [CapacityEntry],
     pub tables: &'static [TableInfo],
-}
-
-/// One `[[capacity]]` entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CapacityInfo {
-    pub collective: Collective,
-    pub algo: Algo,
-    pub capacity: Capacity,
 }
 
 /// One `[[table]]`.
@@ -48,15 +41,9 @@ pub struct TableInfo {
     pub tuner_version: Option<&'static str>,
     /// How the row was measured or where it was read.
     pub note: Option<&'static str>,
-    pub bands: &'static [BandInfo],
-}
-
-/// One band: sizes up to `max` bytes (inclusive) after the previous band's max;
-/// `None` for the open last band.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BandInfo {
-    pub max: Option<u64>,
-    pub algo: Algo,
+    /// Sizes up to each band's `max` bytes (inclusive) after the previous
+    /// band's; the last band is open (`max: None`).
+    pub bands: &'static [Band],
 }
 
 impl PlatformInfo {

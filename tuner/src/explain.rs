@@ -8,7 +8,7 @@ use policy::PlatformInfo;
 use tuned_schema::{Algo, Query, interpret};
 
 use crate::format;
-use crate::show::{bands_of, source_text};
+use crate::show::source_text;
 
 /// The explanation of `query` against the compiled tables.
 pub fn explain(query: Query) -> String {
@@ -84,8 +84,7 @@ pub fn explain_with(
     if let Some(note) = table.note {
         let _ = writeln!(out, "note: {note}");
     }
-    let bands = bands_of(table);
-    let ranges = interpret::band_ranges(&bands);
+    let ranges = interpret::band_ranges(table.bands);
     if let Some(index) = ranges
         .iter()
         .position(|&(low, high, _)| low <= query.bytes && query.bytes <= high)

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use policy::{PlatformInfo, TableInfo};
-use tuned_schema::{Arch, Band, Collective, DType, Link, Mode};
+use tuned_schema::{Arch, Collective, DType, Link, Mode};
 
 use crate::format;
 
@@ -161,29 +161,17 @@ fn bands_line(t: &TableInfo) -> String {
         .join(" | ")
 }
 
-/// The bands of a compiled table as schema bands.
-pub fn bands_of(t: &TableInfo) -> Vec<Band> {
-    t.bands
-        .iter()
-        .map(|b| Band {
-            max: b.max,
-            algo: b.algo,
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use policy::{BandInfo, CapacityInfo};
-    use tuned_schema::{Algo, Capacity, TableKey};
+    use tuned_schema::{Algo, Band, Capacity, CapacityEntry, TableKey};
 
-    static BANDS: [BandInfo; 2] = [
-        BandInfo {
+    static BANDS: [Band; 2] = [
+        Band {
             max: Some(448 * 1024),
             algo: Algo::OneShotPull,
         },
-        BandInfo {
+        Band {
             max: None,
             algo: Algo::Nccl,
         },
@@ -222,7 +210,7 @@ mod tests {
             bands: &BANDS,
         },
     ];
-    static CAPACITIES: [CapacityInfo; 1] = [CapacityInfo {
+    static CAPACITIES: [CapacityEntry; 1] = [CapacityEntry {
         collective: Collective::AllReduce,
         algo: Algo::OneShotPull,
         capacity: Capacity {

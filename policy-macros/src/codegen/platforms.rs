@@ -28,7 +28,7 @@ fn platform_info(file: &ParsedFile) -> TokenStream {
         let algo = tokens::algo(c.algo);
         let capacity = tokens::capacity(c.capacity);
         quote! {
-            ::policy::CapacityInfo { collective: #collective, algo: #algo, capacity: #capacity }
+            ::policy::CapacityEntry { collective: #collective, algo: #algo, capacity: #capacity }
         }
     });
     let tables = doc.tables.iter().map(|t| {
@@ -51,7 +51,7 @@ fn platform_info(file: &ParsedFile) -> TokenStream {
                 None => quote!(::core::option::Option::None),
             };
             let algo = tokens::algo(b.algo);
-            quote!(::policy::BandInfo { max: #max, algo: #algo })
+            quote!(::policy::Band { max: #max, algo: #algo })
         });
         quote! {
             ::policy::TableInfo {
