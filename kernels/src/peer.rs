@@ -4,8 +4,9 @@
 //! Link heuristic: two GPUs are joined by NVLink when the driver reports native
 //! atomics between them (`CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED`).
 //! NVLink (and NVSwitch) peers support native atomics; PCIe peers do not (PCIe
-//! atomics are not exposed as peer-native atomics). A world is `NvLink` only if
-//! every pair is; otherwise `Pcie`.
+//! atomics are not exposed as peer-native atomics). Which link a world of
+//! such pairs forms is [`world_link`]'s rule: `NvLink` only if every pair is;
+//! otherwise `Pcie` (and `Loopback` for a world of one GPU).
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use cudarc::driver::{CudaContext, sys};
 
 use crate::error::{DriverContext, Result};
 use crate::ffi;
+use crate::protocol::reach::{Reach, world_link};
 use crate::vocab::Link;
 
 /// How two GPUs reach each other.
@@ -27,11 +29,13 @@ pub struct PairLink {
 }
 
 impl PairLink {
-    pub fn link(&self) -> Link {
-        if self.access && self.native_atomics {
-            Link::NvLink
-        } else {
-            Link::Pcie
+    /// How the first GPU reaches the second, as [`world_link`] reads it: no
+    /// access, NVLink (native atomics) or PCIe.
+    pub fn reach(&self) -> Reach {
+        match (self.access, self.native_atomics) {
+            (false, _) => Reach::NoPeerAccess,
+            (true, true) => Reach::NvLink,
+            (true, false) => Reach::Pcie,
         }
     }
 }
@@ -60,20 +64,17 @@ pub struct Topology {
 }
 
 /// Enables peer access between every ordered pair of `contexts` (one per GPU)
-/// when all pairs support it, and classifies the link.
+/// when all pairs support it, and classifies the link ([`world_link`]).
 pub fn connect(contexts: &[Arc<CudaContext>]) -> Result<Topology> {
-    let mut all_access = true;
-    let mut all_nvlink = true;
+    let mut pairs = Vec::new();
     for (i, a) in contexts.iter().enumerate() {
         for (j, b) in contexts.iter().enumerate() {
-            if i == j {
-                continue;
+            if i != j {
+                pairs.push(pair_link(a.cu_device(), b.cu_device())?.reach());
             }
-            let pair = pair_link(a.cu_device(), b.cu_device())?;
-            all_access &= pair.access;
-            all_nvlink &= pair.link() == Link::NvLink;
         }
     }
+    let all_access = pairs.iter().all(|r| r.mappable());
     if all_access {
         for (i, a) in contexts.iter().enumerate() {
             a.bind_to_thread()
@@ -87,10 +88,6 @@ pub fn connect(contexts: &[Arc<CudaContext>]) -> Result<Topology> {
     }
     Ok(Topology {
         peer_access: all_access,
-        link: if all_access && all_nvlink {
-            Link::NvLink
-        } else {
-            Link::Pcie
-        },
+        link: world_link(contexts.len(), 1, pairs),
     })
 }

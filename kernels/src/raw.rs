@@ -6,8 +6,9 @@
 //!
 //! - library presence ([`require_driver`], [`require_nvrtc`], [`require_nccl`],
 //!   [`nccl_present`]) and versions ([`driver_cuda_version`], [`nccl_version`]);
-//! - what a GPU is ([`arch_of`], [`sm_count`]) and how two GPUs reach each
-//!   other ([`pair_link`], [`PairLink`]);
+//! - what a GPU is ([`arch_of`], [`sm_count`]), how two GPUs reach each
+//!   other ([`pair_link`], [`PairLink`], [`Reach`]) and which link a world of
+//!   them forms ([`world_link`], the rule every world of `kernels` follows);
 //! - the wire rules a host reference must mirror ([`MAX_WORLD`],
 //!   [`replace_sentinel_words`], and how each algorithm applies it:
 //!   [`sentinel_rule`], [`SentinelRule`]) and the launch shape a rank reports
@@ -32,5 +33,6 @@ pub use crate::nccl::nccl_version;
 pub use crate::peer::{PairLink, pair_link};
 pub use crate::protocol::digest::fnv1a;
 pub use crate::protocol::launch::LaunchShape;
+pub use crate::protocol::reach::{Reach, world_link};
 pub use crate::protocol::registry::{SentinelRule, sentinel_rule};
 pub use crate::protocol::{MAX_WORLD, replace_sentinel_words};

@@ -20,9 +20,10 @@
 //!
 //! # What is generated
 //!
-//! - [`select`]`(q) -> Algo`: constant-array lookups: the (link, table arch) and
-//!   (collective, world size, dtype, mode) give a table index, and the band is
-//!   found by counting, without branches, the band edges below `q.bytes`
+//! - [`select`]`(q) -> Algo`: constant-array lookups: the (link, table arch)
+//!   and the query's [`TableKey`] (collective, world size, dtype, mode) give a
+//!   table index, and the band is found by counting, without branches, the
+//!   band edges below `q.bytes`
 //!   (≈4 ns per query; a `match` with an `if` chain measured ≈12 ns);
 //! - [`table_arch`]`(arch, link)`: which platform file answers a query;
 //! - [`capacity`]`(arch, link, collective, algo)`: the buffer size and alignment
@@ -58,6 +59,8 @@
 //!
 //! `Query::bytes` is the size of the collective's OUTPUT: for all-reduce the
 //! tensor, for all-gather the gathered tensor (world size × each rank's input).
+//! [`Collective::output_size`] and [`Collective::per_rank_size`] convert
+//! between a rank's input and the output.
 //!
 //! # Which tables are built in
 //!
@@ -120,14 +123,15 @@ mod platforms;
 mod tables;
 
 pub use overrides::{OVERRIDE_ENV, OverrideError, Policy};
-pub use platforms::{BandInfo, CapacityInfo, PlatformInfo, TableInfo};
+pub use platforms::{PlatformInfo, TableInfo};
 /// Compiles a folder of `*.toml` tables into `select`, `capacity`,
 /// `table_arch`, `PLATFORMS` and `TABLES` in the invoking module, with the same
 /// checks as `policy`'s own; see [An engine's own tables](crate#an-engines-own-tables).
 pub use policy_macros::include_tuned;
 pub use tables::{Tables, TablesInUse, tables_in_use, use_tables};
 pub use tuned_schema::{
-    Algo, Arch, Capacity, Collective, DEFAULT_ALIGN, DType, Link, Mode, Query, default_capacity,
+    Algo, Arch, Band, Capacity, CapacityEntry, Collective, DEFAULT_ALIGN, DType, Link, Mode, Query,
+    TableKey, default_capacity,
 };
 
 // `tuned` is inside this package so that the published crate carries it; in

@@ -3,7 +3,7 @@
 //! that `include_tuned!` lays out from the same files, and `table_arch` is a
 //! generated `match` over minor ranges.
 
-use crate::{Algo, Arch, Capacity, Collective, DType, Link, Mode};
+use crate::{Arch, Band, CapacityEntry, Link, TableKey};
 
 /// One `tuned/*.toml` file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,25 +17,16 @@ pub struct PlatformInfo {
     pub citation: Option<&'static str>,
     /// The file, as named to the macro (e.g. `../tuned/sm90-nvlink.toml`).
     pub file: &'static str,
-    pub capacities: &'static [CapacityInfo],
+    /// The file's `[[capacity]]` entries.
+    pub capacities: &'static [CapacityEntry],
     pub tables: &'static [TableInfo],
-}
-
-/// One `[[capacity]]` entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CapacityInfo {
-    pub collective: Collective,
-    pub algo: Algo,
-    pub capacity: Capacity,
 }
 
 /// One `[[table]]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableInfo {
-    pub collective: Collective,
-    pub world_size: u32,
-    pub dtype: DType,
-    pub mode: Mode,
+    /// `(collective, world size, dtype, mode)`: which queries this table answers.
+    pub key: TableKey,
     /// `measured` or `published`: where this table's figures come from — its
     /// own `source`, or the file's when it names none (`source_inherited`).
     pub source: &'static str,
@@ -50,31 +41,14 @@ pub struct TableInfo {
     pub tuner_version: Option<&'static str>,
     /// How the row was measured or where it was read.
     pub note: Option<&'static str>,
-    pub bands: &'static [BandInfo],
-}
-
-/// One band: sizes up to `max` bytes (inclusive) after the previous band's max;
-/// `None` for the open last band.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BandInfo {
-    pub max: Option<u64>,
-    pub algo: Algo,
+    /// Sizes up to each band's `max` bytes (inclusive) after the previous
+    /// band's; the last band is open (`max: None`).
+    pub bands: &'static [Band],
 }
 
 impl PlatformInfo {
-    /// The table for `(collective, world_size, dtype, mode)` in this file, if any.
-    pub fn table(
-        &self,
-        collective: Collective,
-        world_size: u32,
-        dtype: DType,
-        mode: Mode,
-    ) -> Option<&'static TableInfo> {
-        self.tables.iter().find(|t| {
-            t.collective == collective
-                && t.world_size == world_size
-                && t.dtype == dtype
-                && t.mode == mode
-        })
+    /// The table for `key` in this file, if any (for a query `q`: `q.key()`).
+    pub fn table(&self, key: TableKey) -> Option<&'static TableInfo> {
+        self.tables.iter().find(|t| t.key == key)
     }
 }

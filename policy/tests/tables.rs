@@ -4,7 +4,7 @@ mod common;
 
 use common::{documents, query};
 use policy::{
-    Algo, Arch, Capacity, Collective, DType, Link, Mode, PLATFORMS, Query, capacity,
+    Algo, Arch, Capacity, Collective, DType, Link, Mode, PLATFORMS, Query, TableKey, capacity,
     default_capacity, select, table_arch,
 };
 
@@ -62,14 +62,9 @@ fn sm90_world_size_4_follows_the_measured_table() {
         .iter()
         .filter(|p| p.arch == Arch::SM90)
         .flat_map(|p| p.tables.iter())
-        .filter(|t| t.world_size == 4)
+        .filter(|t| t.key.world_size == 4)
     {
-        assert_eq!(
-            table.source,
-            "measured",
-            "{:?}",
-            (table.collective, table.dtype, table.mode)
-        );
+        assert_eq!(table.source, "measured", "{}", table.key);
     }
 }
 
@@ -85,14 +80,7 @@ fn sm90_world_size_2_follows_the_measured_table() {
     let table = policy::PLATFORMS
         .iter()
         .find(|p| p.arch == Arch::SM90)
-        .and_then(|p| {
-            p.tables.iter().find(|t| {
-                t.collective == AR
-                    && t.world_size == 2
-                    && t.dtype == DType::Bf16
-                    && t.mode == Mode::Graph
-            })
-        })
+        .and_then(|p| p.table(query(AR, Arch::SM90, 2, DType::Bf16, Mode::Graph, 0).key()))
         .expect("an sm90 world-size-2 table");
     assert_eq!(table.source, "measured");
 }
@@ -182,9 +170,10 @@ fn every_custom_band_fits_its_capacity_at_its_upper_edge() {
         for table in platform.tables {
             for band in table.bands.iter().filter(|b| b.algo.is_custom()) {
                 let max = band.max.expect("custom bands are bounded");
-                let cap = capacity(platform.arch, platform.link, table.collective, band.algo);
+                let k = table.key;
+                let cap = capacity(platform.arch, platform.link, k.collective, band.algo);
                 assert!(
-                    cap.accepts_message(table.collective, table.world_size, max),
+                    cap.accepts_message(k.collective, k.world_size, max),
                     "{} {table:?}",
                     platform.file
                 );
@@ -209,10 +198,7 @@ fn platforms_mirror_the_files() {
         assert_eq!(info.capacities.len(), doc.capacities.len());
         assert_eq!(info.tables.len(), doc.tables.len());
         for (t, d) in info.tables.iter().zip(&doc.tables) {
-            assert_eq!(
-                (t.collective, t.world_size, t.dtype, t.mode),
-                (d.key.collective, d.key.world_size, d.key.dtype, d.key.mode)
-            );
+            assert_eq!(t.key, d.key);
             assert_eq!(t.note, d.note.as_deref());
             let bands: Vec<_> = t.bands.iter().map(|b| (b.max, b.algo)).collect();
             let expected: Vec<_> = d.bands.iter().map(|b| (b.max, b.algo)).collect();
@@ -232,7 +218,13 @@ fn the_published_files_cover_every_key() {
             for ws in [2, 4, 8] {
                 for dtype in DType::ALL {
                     for mode in Mode::ALL {
-                        let table = platform.table(collective, ws, dtype, mode);
+                        let key = TableKey {
+                            collective,
+                            world_size: ws,
+                            dtype,
+                            mode,
+                        };
+                        let table = platform.table(key);
                         assert!(
                             table.is_some_and(|t| t.note.is_some()),
                             "{} {collective:?} {ws} {dtype:?} {mode:?}",

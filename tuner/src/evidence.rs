@@ -230,7 +230,7 @@ impl Evidence {
         for key in &self.keys {
             for point in &key.points {
                 let Some(error) = &point.error else { continue };
-                let key_text = key_name(&key.key());
+                let key_text = key.key().to_string();
                 match out
                     .iter_mut()
                     .find(|f| f.key == key_text && f.algo == point.algo)
@@ -297,7 +297,7 @@ impl Evidence {
     fn check(&self) -> Result<(), String> {
         let mut seen_keys = std::collections::BTreeSet::new();
         for key in &self.keys {
-            let name = key_name(&key.key());
+            let name = key.key();
             if key.world_size == 0 {
                 return Err(format!("{name}: world_size must be at least 1"));
             }
@@ -368,17 +368,6 @@ impl FailedChecks {
             self.first_bytes,
         )
     }
-}
-
-/// `all_reduce ws8 bf16 graph`: how keys are named in messages and reports.
-pub fn key_name(key: &TableKey) -> String {
-    format!(
-        "{} ws{} {} {}",
-        key.collective.name(),
-        key.world_size,
-        key.dtype.name(),
-        key.mode.name()
-    )
 }
 
 #[cfg(test)]

@@ -7,9 +7,8 @@ use std::fmt::Write;
 use policy::PlatformInfo;
 use tuned_schema::{Algo, Query, interpret};
 
-use crate::evidence::key_name;
 use crate::format;
-use crate::show::{bands_of, source_text};
+use crate::show::source_text;
 
 /// The explanation of `query` against the compiled tables.
 pub fn explain(query: Query) -> String {
@@ -30,16 +29,11 @@ pub fn explain_with(
     selected: Algo,
 ) -> String {
     let mut out = String::new();
-    let key = tuned_schema::TableKey {
-        collective: query.collective,
-        world_size: query.world_size,
-        dtype: query.dtype,
-        mode: query.mode,
-    };
+    let key = query.key();
     let _ = writeln!(
         out,
         "query: {} on {} {}, {} bytes ({})",
-        key_name(&key),
+        key,
         query.arch,
         query.link.name(),
         query.bytes,
@@ -78,21 +72,19 @@ pub fn explain_with(
             query.arch, platform.arch
         );
     }
-    let Some(table) = platform.table(query.collective, query.world_size, query.dtype, query.mode)
-    else {
-        let _ = writeln!(out, "table: none for {} in this file", key_name(&key));
+    let Some(table) = platform.table(key) else {
+        let _ = writeln!(out, "table: none for {} in this file", key);
         let _ = writeln!(out, "rule: a query with no table selects nccl");
         let _ = writeln!(out, "selected: {}", selected.name());
         return out;
     };
-    let _ = writeln!(out, "table: {}", key_name(&key));
+    let _ = writeln!(out, "table: {}", key);
     // The table's own source, or the file's when it names none.
     let _ = writeln!(out, "source: {}", source_text(table));
     if let Some(note) = table.note {
         let _ = writeln!(out, "note: {note}");
     }
-    let bands = bands_of(table);
-    let ranges = interpret::band_ranges(&bands);
+    let ranges = interpret::band_ranges(table.bands);
     if let Some(index) = ranges
         .iter()
         .position(|&(low, high, _)| low <= query.bytes && query.bytes <= high)
@@ -161,25 +153,13 @@ mod tests {
     use super::*;
     use tuned_schema::{Arch, Collective, DType, Link, Mode};
 
-    fn query(p: &PlatformInfo, t: &policy::TableInfo, bytes: u64) -> Query {
-        Query {
-            collective: t.collective,
-            arch: p.arch,
-            link: p.link,
-            world_size: t.world_size,
-            dtype: t.dtype,
-            mode: t.mode,
-            bytes,
-        }
-    }
-
     #[test]
     fn every_band_edge_is_explained_as_policy_selects() {
         for p in policy::PLATFORMS {
             for t in p.tables {
                 for b in t.bands {
                     let bytes = b.max.unwrap_or(1 << 40);
-                    let q = query(p, t, bytes);
+                    let q = t.key.query(p.arch, p.link, bytes);
                     let text = explain(q);
                     assert!(text.contains(p.file), "{text}");
                     assert!(

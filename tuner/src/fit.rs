@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 
 use tuned_schema::{Algo, Band, CapacityEntry, TableKey};
 
-use crate::evidence::{Evidence, KeyEvidence, key_name};
+use crate::evidence::{Evidence, KeyEvidence};
 use crate::stats;
 
 /// The knobs of the band rules. The defaults are what the tuner writes notes for.
@@ -491,9 +491,7 @@ impl FitResult {
             let _ = writeln!(
                 out,
                 "{}: {} sizes, ≥{} samples/point",
-                key_name(&key.key),
-                key.sizes,
-                key.min_samples
+                key.key, key.sizes, key.min_samples
             );
             let _ = writeln!(out, "  {}", crate::format::bands(&key.bands));
             for edge in &key.edges {
@@ -512,7 +510,7 @@ impl FitResult {
             }
         }
         for (key, why) in &self.skipped {
-            let _ = writeln!(out, "{}: skipped ({why})", key_name(key));
+            let _ = writeln!(out, "{}: skipped ({why})", key);
         }
         out
     }

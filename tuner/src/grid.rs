@@ -16,10 +16,7 @@ pub fn alignment(capacities: &[CapacityEntry], collective: Collective, world_siz
         .filter(|c| c.collective == collective && c.algo.is_custom())
         .map(|c| c.capacity.align.max(1))
         .fold(tuned_schema::DEFAULT_ALIGN, lcm);
-    match collective {
-        Collective::AllReduce => per_rank,
-        Collective::AllGather => per_rank * u64::from(world_size.max(1)),
-    }
+    collective.output_size(u64::from(world_size.max(1)), per_rank)
 }
 
 /// The sweep grid between `min` and `max` bytes: every power of two and the

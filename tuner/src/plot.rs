@@ -12,7 +12,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use tuned_schema::{Algo, Band, TableKey};
 
-use crate::evidence::{Evidence, KeyEvidence, key_name};
+use crate::evidence::{Evidence, KeyEvidence};
 use crate::format;
 use crate::stats;
 use crate::sweep::point_seed;
@@ -70,7 +70,7 @@ pub fn plot_evidence(
         let key_bands = bands.get(&key.key()).map(Vec::as_slice).unwrap_or(&[]);
         let title = format!(
             "{} — {} {} {}",
-            key_name(&key.key()),
+            key.key(),
             evidence.platform.gpu,
             evidence.platform.arch,
             evidence.platform.link.name()
@@ -109,10 +109,7 @@ pub fn plot_key(key: &KeyEvidence, bands: &[Band], title: &str, path: &Path) -> 
     let series = series_of(key);
     let all: Vec<&SeriesPoint> = series.iter().flat_map(|s| &s.points).collect();
     if all.is_empty() {
-        return Err(format!(
-            "{}: no measured point to plot",
-            key_name(&key.key())
-        ));
+        return Err(format!("{}: no measured point to plot", key.key()));
     }
     let x_min = all.iter().map(|p| p.bytes).min().unwrap_or(1) as f64 / 1.3;
     let x_max = all.iter().map(|p| p.bytes).max().unwrap_or(1) as f64 * 1.3;

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tuned_schema::{Algo, TableKey};
 
-use crate::evidence::key_name;
 use crate::format;
 use crate::observe::Observer;
 
@@ -56,12 +55,12 @@ impl Observer for Progress {
     }
 
     fn key_started(&mut self, key: &TableKey) {
-        self.bar.set_message(key_name(key));
+        self.bar.set_message(key.to_string());
     }
 
     fn point_done(&mut self, key: &TableKey, bytes: u64, _algo: Algo) {
         self.bar
-            .set_message(format!("{} {}", key_name(key), format::size(bytes)));
+            .set_message(format!("{} {}", key, format::size(bytes)));
         self.bar.inc(1);
     }
 

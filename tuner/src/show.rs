@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use policy::{PlatformInfo, TableInfo};
-use tuned_schema::{Arch, Band, Collective, DType, Link, Mode};
+use tuned_schema::{Arch, Collective, DType, Link, Mode};
 
 use crate::format;
 
@@ -28,10 +28,11 @@ impl ShowFilter {
     }
 
     fn table(&self, t: &TableInfo) -> bool {
-        self.collective.is_none_or(|c| c == t.collective)
-            && self.world_size.is_none_or(|w| w == t.world_size)
-            && self.dtype.is_none_or(|d| d == t.dtype)
-            && self.mode.is_none_or(|m| m == t.mode)
+        let k = t.key;
+        self.collective.is_none_or(|c| c == k.collective)
+            && self.world_size.is_none_or(|w| w == k.world_size)
+            && self.dtype.is_none_or(|d| d == k.dtype)
+            && self.mode.is_none_or(|m| m == k.mode)
     }
 }
 
@@ -64,9 +65,18 @@ pub fn render(platforms: &[PlatformInfo], filter: &ShowFilter) -> String {
             );
         }
         let tables: Vec<&TableInfo> = platform.tables.iter().filter(|t| filter.table(t)).collect();
-        let width = tables.iter().map(|t| key_label(t).len()).max().unwrap_or(0);
+        let width = tables
+            .iter()
+            .map(|t| t.key.to_string().len())
+            .max()
+            .unwrap_or(0);
         for table in &tables {
-            let _ = writeln!(out, "  {:width$}  {}", key_label(table), bands_line(table));
+            let _ = writeln!(
+                out,
+                "  {:width$}  {}",
+                table.key.to_string(),
+                bands_line(table)
+            );
             let _ = writeln!(out, "  {:width$}  source: {}", "", source_short(table));
             if filter.notes
                 && let Some(note) = table.note
@@ -140,16 +150,6 @@ fn measured_text(t: &TableInfo) -> String {
     text
 }
 
-fn key_label(t: &TableInfo) -> String {
-    format!(
-        "{} ws{} {} {}",
-        t.collective.name(),
-        t.world_size,
-        t.dtype.name(),
-        t.mode.name()
-    )
-}
-
 fn bands_line(t: &TableInfo) -> String {
     t.bands
         .iter()
@@ -161,39 +161,29 @@ fn bands_line(t: &TableInfo) -> String {
         .join(" | ")
 }
 
-/// The bands of a compiled table as schema bands.
-pub fn bands_of(t: &TableInfo) -> Vec<Band> {
-    t.bands
-        .iter()
-        .map(|b| Band {
-            max: b.max,
-            algo: b.algo,
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use policy::{BandInfo, CapacityInfo};
-    use tuned_schema::{Algo, Capacity};
+    use tuned_schema::{Algo, Band, Capacity, CapacityEntry, TableKey};
 
-    static BANDS: [BandInfo; 2] = [
-        BandInfo {
+    static BANDS: [Band; 2] = [
+        Band {
             max: Some(448 * 1024),
             algo: Algo::OneShotPull,
         },
-        BandInfo {
+        Band {
             max: None,
             algo: Algo::Nccl,
         },
     ];
     static TABLES: [TableInfo; 2] = [
         TableInfo {
-            collective: Collective::AllReduce,
-            world_size: 8,
-            dtype: DType::Bf16,
-            mode: Mode::Graph,
+            key: TableKey {
+                collective: Collective::AllReduce,
+                world_size: 8,
+                dtype: DType::Bf16,
+                mode: Mode::Graph,
+            },
             source: "measured",
             source_inherited: false,
             citation: None,
@@ -204,10 +194,12 @@ mod tests {
             bands: &BANDS,
         },
         TableInfo {
-            collective: Collective::AllGather,
-            world_size: 4,
-            dtype: DType::F16,
-            mode: Mode::Eager,
+            key: TableKey {
+                collective: Collective::AllGather,
+                world_size: 4,
+                dtype: DType::F16,
+                mode: Mode::Eager,
+            },
             source: "published",
             source_inherited: true,
             citation: Some("somewhere"),
@@ -218,7 +210,7 @@ mod tests {
             bands: &BANDS,
         },
     ];
-    static CAPACITIES: [CapacityInfo; 1] = [CapacityInfo {
+    static CAPACITIES: [CapacityEntry; 1] = [CapacityEntry {
         collective: Collective::AllReduce,
         algo: Algo::OneShotPull,
         capacity: Capacity {

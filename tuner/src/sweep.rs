@@ -12,8 +12,7 @@ use tuned_schema::{Algo, Collective, DType, Mode, TableKey};
 
 use crate::backend::{Backend, BackendError, Repetitions};
 use crate::evidence::{
-    CapacityRecord, EVIDENCE_VERSION, Evidence, KeyEvidence, Origin, PlatformRecord,
-    SettingsRecord, key_name,
+    CapacityRecord, EVIDENCE_VERSION, Evidence, KeyEvidence, Origin, PlatformRecord, SettingsRecord,
 };
 use crate::grid;
 use crate::measure::{self, Column, Effort};
@@ -352,7 +351,7 @@ impl KeyRun<'_> {
     fn failed(&self, bytes: u64, algo: Algo, error: &BackendError) -> Stop {
         Stop::Failed(format!(
             "{} {} at {bytes} bytes: {error}",
-            key_name(&self.key),
+            self.key,
             algo.name()
         ))
     }
@@ -447,7 +446,7 @@ impl KeyRun<'_> {
 
 /// The bootstrap seed of one point: the same in `sweep`, `fit` and `plot`.
 pub fn point_seed(key: &TableKey, bytes: u64, algo: Algo) -> u64 {
-    stats::seed_for(&format!("{}/{bytes}/{}", key_name(key), algo.name()))
+    stats::seed_for(&format!("{}/{bytes}/{}", key, algo.name()))
 }
 
 #[cfg(test)]

@@ -16,10 +16,10 @@
 //! measurement). Both figures are in the report.
 
 use tuned_schema::interpret;
-use tuned_schema::{Algo, Collective, DType, Document, Mode, Query, TableKey};
+use tuned_schema::{Algo, Collective, DType, Document, Mode, TableKey};
 
 use crate::backend::{Backend, Repetitions};
-use crate::evidence::{Origin, key_name};
+use crate::evidence::Origin;
 use crate::grid;
 use crate::measure::{self, Column, Effort};
 use crate::observe::{Observer, RunStatus};
@@ -294,11 +294,7 @@ fn remeasure(
         let point =
             measure::measure_point(backend, key, bytes, algo, Origin::Grid, &settings.effort)
                 .map_err(|(_, e)| {
-                    RunStatus::Failed(format!(
-                        "{} {} at {bytes} bytes: {e}",
-                        key_name(&key),
-                        algo.name()
-                    ))
+                    RunStatus::Failed(format!("{} {} at {bytes} bytes: {e}", key, algo.name()))
                 })?;
         column.insert(algo, point);
     }
@@ -325,15 +321,7 @@ fn estimate(backend: &dyn Backend, work: &[(TableKey, Vec<u64>)], reps: Repetiti
 /// size at run time (over its capacity here, or misaligned).
 fn effective_choice(backend: &dyn Backend, docs: &[Document], key: TableKey, bytes: u64) -> Algo {
     let platform = &docs[0].platform;
-    let query = Query {
-        collective: key.collective,
-        arch: platform.arch,
-        link: platform.link,
-        world_size: key.world_size,
-        dtype: key.dtype,
-        mode: key.mode,
-        bytes,
-    };
+    let query = key.query(platform.arch, platform.link, bytes);
     let selected = interpret::select(docs, query);
     let runs = backend
         .candidates(key.collective, key.world_size, bytes)
@@ -360,7 +348,7 @@ fn measure_size(
             Err((_, e)) => {
                 return Err(RunStatus::Failed(format!(
                     "{} {} at {bytes} bytes: {e}",
-                    key_name(&key),
+                    key,
                     algo.name()
                 )));
             }
@@ -432,7 +420,7 @@ impl VerifyReport {
             let _ = writeln!(
                 out,
                 "{}: {} held-out sizes, regret median {:.2}% ({}), worst {:.2}% ({}) — {}",
-                key_name(&key.key),
+                key.key,
                 key.sizes.len(),
                 key.median_regret * 100.0,
                 micros(Some(key.median_us)),
@@ -477,7 +465,7 @@ impl VerifyReport {
             }
         }
         for (key, why) in &self.skipped {
-            let _ = writeln!(out, "{}: skipped ({why})", key_name(key));
+            let _ = writeln!(out, "{}: skipped ({why})", key);
         }
         match &self.status {
             RunStatus::Complete => {}

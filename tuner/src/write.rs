@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tuned_schema::merge::{Merged, describe};
+use tuned_schema::merge::Merged;
 use tuned_schema::parse::parse_document;
 use tuned_schema::validate::validate_documents;
 use tuned_schema::write::to_toml_string;
@@ -122,7 +122,7 @@ pub fn merge_summary(merged: &Merged, path: &Path) -> String {
         doc.asserts.len()
     );
     if !merged.kept.is_empty() {
-        let kept: Vec<String> = merged.kept.iter().map(|k| describe(*k)).collect();
+        let kept: Vec<String> = merged.kept.iter().map(|k| k.to_string()).collect();
         let _ = writeln!(out, "  kept: {}", kept.join(", "));
     }
     if !merged.platform_replaced {

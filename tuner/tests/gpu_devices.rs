@@ -40,10 +40,7 @@ fn against_nccl<T: Element>(
 ) -> Result<(), String> {
     let world = ranks.len();
     let inputs = Arc::new(random_inputs::<T>(world, per_rank, per_rank as u64));
-    let out_len = match collective {
-        Collective::AllReduce => per_rank,
-        Collective::AllGather => per_rank * world,
-    };
+    let out_len = collective.output_size(world as u64, per_rank as u64) as usize;
     let states: Vec<usize> = (0..world).collect();
     let outputs = for_each_rank(ranks, states, |rank, r, _| {
         let stream = rank.stream().clone();
@@ -112,11 +109,8 @@ fn suite_on(count: usize, suite: &mut Suite) {
         let algos = collective.algos();
         for &algo in algos {
             for bytes in SWEEP_BYTES {
-                let per_rank = match collective {
-                    Collective::AllReduce => bytes / 2,
-                    Collective::AllGather => bytes / 2 / count,
-                };
-                if per_rank == 0 || (per_rank * 2) % 16 != 0 {
+                let per_rank = collective.per_rank_size(count as u64, bytes as u64) as usize / 2;
+                if per_rank == 0 || !(per_rank * 2).is_multiple_of(16) {
                     continue;
                 }
                 let case = Case {

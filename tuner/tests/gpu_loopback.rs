@@ -84,10 +84,7 @@ fn expected(ranks: &[RankComm], collective: Collective, algo: Algo, output_bytes
 }
 
 fn output_bytes(collective: Collective, world: usize, per_rank_bytes: usize) -> usize {
-    match collective {
-        Collective::AllReduce => per_rank_bytes,
-        Collective::AllGather => per_rank_bytes * world,
-    }
+    collective.output_size(world as u64, per_rank_bytes as u64) as usize
 }
 
 fn sweep<T: Element>(
@@ -289,11 +286,8 @@ fn loopback_capacity_sizes() {
         ];
         for (collective, algo, output_bytes) in cases {
             // The largest size the capacity takes: whole packs per rank.
-            let per_rank_bytes = match collective {
-                Collective::AllReduce => output_bytes,
-                Collective::AllGather => output_bytes / world,
-            } / 16
-                * 16;
+            let per_rank_bytes =
+                collective.per_rank_size(world as u64, output_bytes as u64) as usize / 16 * 16;
             let case = Case {
                 collective,
                 how: Select::Force(algo),

@@ -8,7 +8,7 @@
 mod common;
 
 use tuned_schema::folder::load_folder;
-use tuned_schema::{Algo, Query, interpret};
+use tuned_schema::{Algo, interpret};
 use tuner::commands::{self, Exit, FitArgs, FitCommandArgs};
 use tuner::fit::{FitSettings, fit};
 use tuner::write::{build_document, render, toml_file_name};
@@ -47,15 +47,7 @@ fn written_files_load_validate_and_select_the_fitted_bands() {
 
     let docs = [loaded[0].parsed.document.clone()];
     for key in &result.keys {
-        let query = |bytes| Query {
-            collective: key.key.collective,
-            arch: doc.platform.arch,
-            link: doc.platform.link,
-            world_size: key.key.world_size,
-            dtype: key.key.dtype,
-            mode: key.key.mode,
-            bytes,
-        };
+        let query = |bytes| key.key.query(doc.platform.arch, doc.platform.link, bytes);
         for pair in key.bands.windows(2) {
             let edge = pair[0].max.expect("inner bands are closed");
             assert_eq!(interpret::select(&docs, query(edge)), pair[0].algo);

@@ -18,10 +18,7 @@ fn compiled_tables_carry_the_source_the_files_give_them() {
             .find(|p| (p.arch, p.link) == (doc.platform.arch, doc.platform.link))
             .expect("every file is compiled");
         for table in &doc.tables {
-            let k = table.key;
-            let info = platform
-                .table(k.collective, k.world_size, k.dtype, k.mode)
-                .expect("every table is compiled");
+            let info = platform.table(table.key).expect("every table is compiled");
             let origin = doc.origin(table);
             assert_eq!(info.source, origin.source.name());
             assert_eq!(info.source_inherited, origin.inherited);

@@ -201,10 +201,7 @@ impl RankComm {
             dtype,
             input,
             output,
-            bytes_per_rank: match collective {
-                Collective::AllReduce => bytes,
-                Collective::AllGather => bytes / self.world_size as u64,
-            },
+            bytes_per_rank: collective.per_rank_size(self.world_size as u64, bytes),
         };
         if algo.is_custom() {
             match self.would_decline(collective, algo, bytes) {

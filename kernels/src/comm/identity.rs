@@ -14,7 +14,7 @@ use crate::peer;
 use crate::protocol::digest::{Digest, PROTOCOL_VERSION, check_agreement, fnv1a};
 use crate::protocol::reach::Reach;
 use crate::selection::Selector;
-use crate::vocab::{Arch, DType, Link};
+use crate::vocab::{Arch, DType};
 
 /// Fields of the `hello` round every rank must have equal. Ranks of another
 /// protocol or kernel source would misread each other's memory; another world
@@ -162,14 +162,7 @@ pub(crate) fn reach_row(
         } else {
             match ffi::device_by_pci_bus_id(theirs.get("bus_id").unwrap_or("")) {
                 None => Reach::NotVisible,
-                Some(device) => {
-                    let pair = peer::pair_link(ctx.cu_device(), device)?;
-                    match (pair.access, pair.link()) {
-                        (false, _) => Reach::NoPeerAccess,
-                        (true, Link::NvLink) => Reach::NvLink,
-                        (true, _) => Reach::Pcie,
-                    }
-                }
+                Some(device) => peer::pair_link(ctx.cu_device(), device)?.reach(),
             }
         };
         row.push(reach);

@@ -137,12 +137,8 @@ impl World {
         }
         let shape = launch_shape(&options, world_size, sms, false)?;
         let topology = peer::connect(&contexts)?;
-        // One GPU has no link; like a loopback world of one, all ranks share it.
-        let link = if world_size == 1 {
-            Link::Loopback
-        } else {
-            topology.link
-        };
+        // One GPU has no link: `connect` calls that world `Loopback`.
+        let link = topology.link;
         let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
         let plan = if topology.peer_access {
             BufferPlan::new(&caps, world_size, false).map_err(Error::Unsupported)?

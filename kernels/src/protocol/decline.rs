@@ -62,10 +62,7 @@ impl CallShape {
     /// Bytes each rank contributes: the message for all-reduce, one share for
     /// all-gather.
     pub fn bytes_per_rank(&self) -> u64 {
-        match self.collective {
-            Collective::AllReduce => self.bytes,
-            Collective::AllGather => self.bytes / self.world as u64,
-        }
+        self.collective.per_rank_size(self.world as u64, self.bytes)
     }
 }
 

@@ -89,10 +89,7 @@ impl BufferPlan {
         for (collective, algo) in registry::implemented_pairs() {
             let custom = registry::custom(algo).expect("implemented pairs are custom");
             let max_bytes = caps.of(collective, algo).max_bytes;
-            let per_rank = round_down(match collective {
-                Collective::AllReduce => max_bytes,
-                Collective::AllGather => max_bytes / world.max(1) as u64,
-            });
+            let per_rank = round_down(collective.per_rank_size(world as u64, max_bytes));
             let need = (custom.footprint)(per_rank, world);
             let room = match custom.region {
                 Region::Push => &mut slot_bytes,

@@ -3,7 +3,11 @@
 //!
 //! Every rank classifies every peer ([`Reach`]), the rows are exchanged, and all
 //! ranks then apply [`decide`] to the same matrix, so they reach the same
-//! decision without further talk. The custom kernels need every ordered pair to
+//! decision without further talk.
+//!
+//! Which link a world forms is decided here once, by [`world_link`], for every
+//! kind of world: a world of processes ([`decide`]), the GPUs of a
+//! single-process world (`peer::connect`) and the GPUs the tuner measures. The custom kernels need every ordered pair to
 //! be mappable; one pair that is not (another host, no P2P, a GPU this process
 //! cannot see) sends every call to NCCL.
 
@@ -16,7 +20,7 @@ pub enum Reach {
     Itself,
     /// Both ranks run on the same GPU (CUDA IPC within one device).
     SameGpu,
-    /// P2P with native atomics: NVLink (see [`crate::peer`]).
+    /// P2P with native atomics: NVLink (see [`crate::raw::PairLink`]).
     NvLink,
     /// P2P without native atomics: PCIe.
     Pcie,
@@ -98,44 +102,63 @@ pub struct Decision {
     pub ranks_per_gpu: usize,
 }
 
+/// The link a world of `world` ranks forms, the one rule: `pairs` is how each
+/// rank reaches each other rank (every ordered pair of distinct ranks), and
+/// `ranks_per_gpu` the most ranks sharing one GPU (1 when each has its own).
+///
+/// - a world of one rank is `Loopback` (one GPU has no link);
+/// - a world with a pair that cannot map the other's memory is `Pcie` (its
+///   custom kernels decline; NCCL runs everything);
+/// - a world where some GPU hosts several ranks is `Loopback`: it validates
+///   correctness, never NVLink timing, exactly as a loopback world;
+/// - `NvLink` when every pair of distinct GPUs is NVLink, else `Pcie`.
+pub fn world_link(
+    world: usize,
+    ranks_per_gpu: usize,
+    pairs: impl IntoIterator<Item = Reach>,
+) -> Link {
+    let mut mappable = true;
+    let mut all_nvlink = true;
+    for r in pairs {
+        mappable &= r.mappable();
+        all_nvlink &= matches!(r, Reach::NvLink | Reach::SameGpu);
+    }
+    if world == 1 || (ranks_per_gpu > 1 && mappable) {
+        Link::Loopback
+    } else if mappable && all_nvlink {
+        Link::NvLink
+    } else {
+        Link::Pcie
+    }
+}
+
 /// Applies the rules to the matrix `reach[i][j]` (rank i's view of rank j) and
 /// the GPU each rank runs on (`gpu[i]`, any identifier such as the UUID).
 ///
 /// - custom kernels run only if every ordered pair is mappable;
-/// - the link is `Loopback` when some GPU hosts several ranks (that world
-///   validates correctness, never NVLink timing, exactly as a loopback world),
-///   `NvLink` when every pair of distinct GPUs is NVLink, else `Pcie`;
-/// - a world of one rank is `Loopback`, like a devices world of one GPU.
+/// - the link is [`world_link`]'s.
 pub fn decide(reach: &[Vec<Reach>], gpu: &[String]) -> Decision {
     let world = reach.len();
     let mut ranks_per_gpu = 1;
     for id in gpu {
         ranks_per_gpu = ranks_per_gpu.max(gpu.iter().filter(|g| *g == id).count());
     }
-    let mut custom = Ok(());
-    let mut all_nvlink = true;
-    'rows: for (i, row) in reach.iter().enumerate() {
-        for (j, r) in row.iter().enumerate() {
-            if i == j {
-                continue;
-            }
-            if !r.mappable() {
-                custom = Err(format!(
-                    "rank {i} reaches rank {j} through {}",
-                    r.describe()
-                ));
-                break 'rows;
-            }
-            all_nvlink &= matches!(r, Reach::NvLink | Reach::SameGpu);
-        }
-    }
-    let link = if world == 1 || (ranks_per_gpu > 1 && custom.is_ok()) {
-        Link::Loopback
-    } else if custom.is_ok() && all_nvlink {
-        Link::NvLink
-    } else {
-        Link::Pcie
+    let pairs = || {
+        reach.iter().enumerate().flat_map(|(i, row)| {
+            row.iter()
+                .enumerate()
+                .filter(move |&(j, _)| j != i)
+                .map(move |(j, &r)| (i, j, r))
+        })
     };
+    let custom = match pairs().find(|&(_, _, r)| !r.mappable()) {
+        None => Ok(()),
+        Some((i, j, r)) => Err(format!(
+            "rank {i} reaches rank {j} through {}",
+            r.describe()
+        )),
+    };
+    let link = world_link(world, ranks_per_gpu, pairs().map(|(_, _, r)| r));
     Decision {
         custom,
         link,
@@ -207,6 +230,17 @@ mod tests {
         // One direction is enough to decline.
         let reach = vec![vec![Itself, NvLink], vec![NotVisible, Itself]];
         assert!(decide(&reach, &gpus(&["a", "b"])).custom.is_err());
+    }
+
+    #[test]
+    fn the_link_rule() {
+        assert_eq!(world_link(1, 1, []), Link::Loopback);
+        assert_eq!(world_link(2, 1, [NvLink, NvLink]), Link::NvLink);
+        assert_eq!(world_link(2, 1, [NvLink, Pcie]), Link::Pcie);
+        assert_eq!(world_link(2, 1, [NvLink, NoPeerAccess]), Link::Pcie);
+        assert_eq!(world_link(2, 2, [SameGpu, SameGpu]), Link::Loopback);
+        // Sharing a GPU does not make an unmappable world loopback.
+        assert_eq!(world_link(3, 2, [SameGpu, OtherHost]), Link::Pcie);
     }
 
     #[test]

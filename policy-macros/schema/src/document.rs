@@ -5,7 +5,7 @@
 //! type (with positions for errors) and generates code from it. `tuned/README.md`
 //! documents the same thing for people.
 
-use crate::vocab::{Algo, Arch, Capacity, Collective, DType, Link, Mode};
+use crate::vocab::{Algo, Arch, Capacity, Collective, DType, Link, Mode, TableKey};
 
 /// The schema version this crate reads and writes.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -85,15 +85,6 @@ pub struct CapacityEntry {
     pub collective: Collective,
     pub algo: Algo,
     pub capacity: Capacity,
-}
-
-/// What a table is selected by, within one platform.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TableKey {
-    pub collective: Collective,
-    pub world_size: u32,
-    pub dtype: DType,
-    pub mode: Mode,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -17,7 +17,7 @@
 //! No file, or no table in it for `(collective, world_size, dtype, mode)`,
 //! selects NCCL.
 
-use crate::document::{Band, Document, Table, TableKey};
+use crate::document::{Band, Document, Table};
 use crate::vocab::{Algo, Arch, Capacity, Collective, Link, Query, default_capacity};
 
 /// The arch of the file that answers queries for `(arch, link)`, per the rule above.
@@ -34,16 +34,10 @@ pub fn platform_for(docs: &[Document], arch: Arch, link: Link) -> Option<&Docume
 
 /// The table that answers `q`, if any.
 pub fn table_for(docs: &[Document], q: Query) -> Option<&Table> {
-    let key = TableKey {
-        collective: q.collective,
-        world_size: q.world_size,
-        dtype: q.dtype,
-        mode: q.mode,
-    };
     platform_for(docs, q.arch, q.link)?
         .tables
         .iter()
-        .find(|t| t.key == key)
+        .find(|t| t.key == q.key())
 }
 
 /// The algorithm for `q`: the band of its table that contains `q.bytes`, else NCCL.
@@ -104,7 +98,7 @@ pub fn capacity(
 mod tests {
     use super::*;
     use crate::document::{CapacityEntry, Platform, Provenance, Source};
-    use crate::vocab::{DType, Mode};
+    use crate::vocab::{DType, Mode, TableKey};
 
     fn doc(arch: Arch, link: Link, tables: Vec<Table>) -> Document {
         Document {

@@ -15,8 +15,9 @@
 //!
 //! Underneath all of them, without the `parse` feature (what `policy` and so
 //! every engine builds): the vocabulary ([`vocab`]: [`Algo`], [`Arch`],
-//! [`Query`], … and the rules written once on it, such as
-//! [`Arch::answered_by`], the arch fallback), the document types
+//! [`Query`], [`TableKey`], … and the rules written once on it, such as
+//! [`Arch::answered_by`], the arch fallback, and [`Query::key`] /
+//! [`TableKey::query`], a query's table and back), the document types
 //! ([`document`]) and byte sizes as people write them ([`size`]).
 //!
 //! ```

@@ -29,8 +29,8 @@
 use core::fmt;
 
 use crate::document::{CapacityEntry, Measurement};
-use crate::document::{Document, Platform, Source, Table, TableKey, TableSource};
-use crate::vocab::{Algo, Capacity, Collective};
+use crate::document::{Document, Platform, Source, Table, TableSource};
+use crate::vocab::{Algo, Capacity, Collective, TableKey};
 
 /// The merged document and what the merge did, for the caller to report.
 #[derive(Clone, Debug, PartialEq)]
@@ -140,7 +140,7 @@ fn with_own_source(table: &Table, from: &Platform, into: &Platform) -> Result<Ta
     let own = default_source(from).ok_or_else(|| {
         MergeError(format!(
             "cannot name the source of the new {} table: its file's [platform] is {} but does not say {}",
-            describe(table.key),
+            table.key,
             from.source.name(),
             match from.source {
                 Source::Measured => "its evidence, date and tuner_version",
@@ -196,15 +196,4 @@ fn merge_capacities(
         });
     }
     (merged, changes)
-}
-
-/// `all_reduce ws8 bf16 graph`
-pub fn describe(key: TableKey) -> String {
-    format!(
-        "{} ws{} {} {}",
-        key.collective.name(),
-        key.world_size,
-        key.dtype.name(),
-        key.mode.name()
-    )
 }

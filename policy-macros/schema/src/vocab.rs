@@ -43,6 +43,30 @@ impl Collective {
             Collective::AllGather => &[Algo::Nccl, Algo::OneShotPush, Algo::OneShotPull],
         }
     }
+
+    /// The size of a call's output when each of `world_size` ranks contributes
+    /// `per_rank` (bytes or elements): `per_rank` for all-reduce, `world_size ×
+    /// per_rank` for all-gather. The one conversion between the two sizes
+    /// ([`Query::bytes`] is an output size); [`Collective::per_rank_size`] is
+    /// its inverse.
+    pub const fn output_size(self, world_size: u64, per_rank: u64) -> u64 {
+        per_rank * self.shares(world_size)
+    }
+
+    /// What each of `world_size` ranks contributes to an output of `output`
+    /// (bytes or elements): `output` for all-reduce, `output / world_size`
+    /// (rounded down) for all-gather.
+    pub const fn per_rank_size(self, world_size: u64, output: u64) -> u64 {
+        output / self.shares(world_size)
+    }
+
+    /// How many ranks' contributions the output holds side by side.
+    const fn shares(self, world_size: u64) -> u64 {
+        match self {
+            Collective::AllReduce => 1,
+            Collective::AllGather => world_size,
+        }
+    }
 }
 
 /// A compute-capability bucket such as `sm90` (9.0) or `sm103` (10.3).
@@ -327,7 +351,7 @@ impl Capacity {
                 w > 0
                     && bytes.is_multiple_of(w)
                     && bytes <= self.max_bytes
-                    && self.accepts_share(bytes / w)
+                    && self.accepts_share(collective.per_rank_size(w, bytes))
             }
         }
     }
@@ -341,6 +365,11 @@ impl Capacity {
 ///
 /// `bytes` is the size of the collective's output in bytes: for all-reduce the
 /// tensor's size, for all-gather the gathered tensor (world size × each rank's input).
+///
+/// A query is a platform (`arch`, `link`), a table key (`collective`,
+/// `world_size`, `dtype`, `mode`: [`Query::key`]) and a size; the two
+/// directions between a query and its key are [`Query::key`] and
+/// [`TableKey::query`], written here once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Query {
     pub collective: Collective,
@@ -350,6 +379,57 @@ pub struct Query {
     pub dtype: DType,
     pub mode: Mode,
     pub bytes: u64,
+}
+
+impl Query {
+    /// The key of the table that answers this query within its platform's file.
+    pub const fn key(self) -> TableKey {
+        TableKey {
+            collective: self.collective,
+            world_size: self.world_size,
+            dtype: self.dtype,
+            mode: self.mode,
+        }
+    }
+}
+
+/// What a table is selected by, within one platform: everything of a [`Query`]
+/// but the platform and the size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableKey {
+    pub collective: Collective,
+    pub world_size: u32,
+    pub dtype: DType,
+    pub mode: Mode,
+}
+
+impl TableKey {
+    /// The query of `bytes` on this key, on platform (`arch`, `link`).
+    pub const fn query(self, arch: Arch, link: Link, bytes: u64) -> Query {
+        Query {
+            collective: self.collective,
+            arch,
+            link,
+            world_size: self.world_size,
+            dtype: self.dtype,
+            mode: self.mode,
+            bytes,
+        }
+    }
+}
+
+/// `all_reduce ws8 bf16 graph`: how a key is named in messages and reports.
+impl core::fmt::Display for TableKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{} ws{} {} {}",
+            self.collective.name(),
+            self.world_size,
+            self.dtype.name(),
+            self.mode.name()
+        )
+    }
 }
 
 #[cfg(test)]
@@ -402,6 +482,16 @@ mod tests {
     }
 
     #[test]
+    fn output_and_per_rank_sizes() {
+        let (ar, ag) = (Collective::AllReduce, Collective::AllGather);
+        assert_eq!(ar.output_size(4, 1024), 1024);
+        assert_eq!(ag.output_size(4, 1024), 4096);
+        assert_eq!(ar.per_rank_size(4, 4096), 4096);
+        assert_eq!(ag.per_rank_size(4, 4096), 1024);
+        assert_eq!(ag.per_rank_size(4, 4099), 1024);
+    }
+
+    #[test]
     fn is_in_matches_membership() {
         let custom = [Algo::OneShotPush, Algo::OneShotPull, Algo::TwoShotPull];
         for a in Algo::ALL {
@@ -426,6 +516,20 @@ mod tests {
         assert!(default_capacity(ar, Algo::Nccl).accepts(u64::MAX));
         assert!(default_capacity(ag, Algo::Nccl).accepts(3));
         assert!(!default_capacity(ag, Algo::TwoShotPull).accepts(16));
+    }
+
+    #[test]
+    fn a_query_and_its_key() {
+        let key = TableKey {
+            collective: Collective::AllGather,
+            world_size: 4,
+            dtype: DType::F16,
+            mode: Mode::Eager,
+        };
+        let q = key.query(Arch::SM90, Link::Pcie, 4096);
+        assert_eq!((q.arch, q.link, q.bytes), (Arch::SM90, Link::Pcie, 4096));
+        assert_eq!(q.key(), key);
+        assert_eq!(key.to_string(), "all_gather ws4 f16 eager");
     }
 
     #[test]

@@ -45,15 +45,7 @@ fn selects(q: Query, algo: Algo) -> TokenStream {
 
 fn table_query(file: &ParsedFile, table: &Table, bytes: u64) -> Query {
     let p = &file.document.platform;
-    Query {
-        collective: table.key.collective,
-        arch: p.arch,
-        link: p.link,
-        world_size: table.key.world_size,
-        dtype: table.key.dtype,
-        mode: table.key.mode,
-        bytes,
-    }
+    table.key.query(p.arch, p.link, bytes)
 }
 
 fn table_checks(out: &mut Vec<TokenStream>, file: &ParsedFile, table: &Table, pos: &TablePos) {

@@ -28,14 +28,11 @@ fn platform_info(file: &ParsedFile) -> TokenStream {
         let algo = tokens::algo(c.algo);
         let capacity = tokens::capacity(c.capacity);
         quote! {
-            ::policy::CapacityInfo { collective: #collective, algo: #algo, capacity: #capacity }
+            ::policy::CapacityEntry { collective: #collective, algo: #algo, capacity: #capacity }
         }
     });
     let tables = doc.tables.iter().map(|t| {
-        let collective = tokens::collective(t.key.collective);
-        let world_size = tokens::u32_lit(t.key.world_size);
-        let dtype = tokens::dtype(t.key.dtype);
-        let mode = tokens::mode(t.key.mode);
+        let key = tokens::table_key(t.key);
         // Resolved here, so `PLATFORMS` readers never re-implement the default.
         let origin = doc.origin(t);
         let source = origin.source.name();
@@ -54,14 +51,11 @@ fn platform_info(file: &ParsedFile) -> TokenStream {
                 None => quote!(::core::option::Option::None),
             };
             let algo = tokens::algo(b.algo);
-            quote!(::policy::BandInfo { max: #max, algo: #algo })
+            quote!(::policy::Band { max: #max, algo: #algo })
         });
         quote! {
             ::policy::TableInfo {
-                collective: #collective,
-                world_size: #world_size,
-                dtype: #dtype,
-                mode: #mode,
+                key: #key,
                 source: #source,
                 source_inherited: #inherited,
                 citation: #citation,

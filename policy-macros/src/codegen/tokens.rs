@@ -4,7 +4,7 @@
 
 use proc_macro2::{Literal, TokenStream};
 use quote::quote;
-use tuned_schema::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query};
+use tuned_schema::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query, TableKey};
 
 pub fn algo(a: Algo) -> TokenStream {
     match a {
@@ -54,6 +54,21 @@ pub fn arch(a: Arch) -> TokenStream {
 pub fn capacity(c: Capacity) -> TokenStream {
     let (max_bytes, align) = (u64_lit(c.max_bytes), u64_lit(c.align));
     quote!(::policy::Capacity { max_bytes: #max_bytes, align: #align })
+}
+
+pub fn table_key(k: TableKey) -> TokenStream {
+    let collective = collective(k.collective);
+    let world_size = u32_lit(k.world_size);
+    let dtype = dtype(k.dtype);
+    let mode = mode(k.mode);
+    quote! {
+        ::policy::TableKey {
+            collective: #collective,
+            world_size: #world_size,
+            dtype: #dtype,
+            mode: #mode,
+        }
+    }
 }
 
 pub fn query(q: Query) -> TokenStream {

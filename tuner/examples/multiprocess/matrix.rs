@@ -162,10 +162,7 @@ fn verify<T: Element>(
 fn run_case<T: Element>(comm: &mut RankComm, case: &Case) -> Result<(Algo, u64), CaseError> {
     let (rank, world) = (comm.rank(), comm.world_size());
     let stream = comm.stream().clone();
-    let out_len = match case.collective {
-        Collective::AllReduce => case.n,
-        Collective::AllGather => case.n * world,
-    };
+    let out_len = case.collective.output_size(world as u64, case.n as u64) as usize;
     let inputs = random_inputs::<T>(world, case.n, case.seed);
     let mut input = stream.clone_htod(&inputs[rank])?;
     let mut output = stream.alloc_zeros::<T>(out_len)?;

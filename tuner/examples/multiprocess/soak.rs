@@ -61,10 +61,7 @@ fn plan<T: Element>(comm: &RankComm) -> Vec<Call> {
     let mut calls = Vec::new();
     let mut picked: Vec<(Collective, Algo)> = Vec::new();
     let mut push = |collective: Collective, how: Select, out_bytes: u64, tag: &str| {
-        let per_rank = match collective {
-            Collective::AllReduce => out_bytes,
-            Collective::AllGather => out_bytes / world,
-        };
+        let per_rank = collective.per_rank_size(world, out_bytes);
         calls.push(Call {
             collective,
             how,
@@ -165,10 +162,7 @@ pub fn run<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
 
     let mut buffers = Vec::with_capacity(calls.len());
     for call in &calls {
-        let out_len = match call.collective {
-            Collective::AllReduce => call.n,
-            Collective::AllGather => call.n * world,
-        };
+        let out_len = call.collective.output_size(world as u64, call.n as u64) as usize;
         buffers.push(Buffers {
             input: stream.alloc_zeros::<T>(call.n)?,
             output: stream.alloc_zeros::<T>(out_len)?,

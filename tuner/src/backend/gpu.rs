@@ -1,7 +1,8 @@
 //! The GPU backend: worlds of real devices (or a loopback world on GPU 0)
 //! through `kernels`, timed with CUDA events, verified against a host reference.
 //!
-//! - The link is what the driver's peer attributes say (`kernels::raw::pair_link`:
+//! - The link is what the driver's peer attributes say (`kernels::raw::pair_link`),
+//!   read by the rule every world of `kernels` follows (`kernels::raw::world_link`:
 //!   NVLink when every pair has native peer atomics, else PCIe); only world
 //!   sizes whose GPUs share the machine's link are offered, so one file never
 //!   mixes links.
@@ -20,7 +21,6 @@ use kernels::{Options, RankComm};
 use tuned_schema::{Algo, CapacityEntry, Collective, DType, Link, TableKey};
 
 use super::{Backend, BackendError, PlatformDesc, Repetitions, Validated};
-use crate::evidence::key_name;
 use crate::stats;
 
 /// The most ranks the kernels serve in one world.
@@ -183,11 +183,7 @@ impl Backend for GpuBackend {
                 .map(|()| Validated::Yes)
                 .map_err(BackendError);
         }
-        let seed = stats::seed_for(&format!(
-            "verify/{}/{bytes}/{}",
-            key_name(&key),
-            algo.name()
-        ));
+        let seed = stats::seed_for(&format!("verify/{}/{bytes}/{}", key, algo.name()));
         let ranks = self.ranks(key.world_size)?;
         let result = timing::validate(ranks, key.collective, key.dtype, algo, bytes, seed);
         if let Err(e) = &result {
@@ -261,14 +257,15 @@ fn calls_per_sample(bytes: u64) -> u32 {
     (200.0 / rough_call_us(bytes)).round().clamp(1.0, 32.0) as u32
 }
 
-/// NVLink when every pair among GPUs `0..count` has it, else PCIe.
+/// The link GPUs `0..count` form, by `kernels`' rule: NVLink when every pair
+/// has it, else PCIe.
 fn link_among(devices: &[DeviceInfo], count: usize) -> Link {
-    let all_nvlink = devices[..count].iter().all(|d| {
+    let pairs = devices[..count].iter().flat_map(|d| {
         (0..count)
-            .filter(|&p| p != d.ordinal)
-            .all(|p| d.link_to(p) == Some(Link::NvLink))
+            .filter(move |&p| p != d.ordinal)
+            .map(move |p| d.reach_to(p))
     });
-    if all_nvlink { Link::NvLink } else { Link::Pcie }
+    kernels::raw::world_link(count, 1, pairs)
 }
 
 /// 2, 4, 8, … up to `limit`.

@@ -293,11 +293,7 @@ mod gpu {
             for &dtype in &dtypes {
                 for &mode in &modes {
                     for &bytes in &sizes {
-                        let unit = dtype.size_bytes()
-                            * match collective {
-                                Collective::AllReduce => 1,
-                                Collective::AllGather => world as u64,
-                            };
+                        let unit = collective.output_size(world as u64, dtype.size_bytes());
                         if bytes % unit != 0 {
                             continue;
                         }

@@ -126,7 +126,7 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
             writeln!(
                 out,
                 "  {}: {} sizes, {} … {}",
-                crate::evidence::key_name(&key.key),
+                key.key,
                 key.sizes.len(),
                 format::size(key.sizes[0]),
                 format::size(*key.sizes.last().expect("a grid is never empty"))

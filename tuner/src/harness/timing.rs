@@ -20,9 +20,11 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, result as driver, sys};
 use half::{bf16, f16};
 
-use kernels::raw::{self, DriverContext, PairLink, arch_of, nccl_version, pair_link, sm_count};
+use kernels::raw::{
+    self, DriverContext, PairLink, Reach, arch_of, nccl_version, pair_link, sm_count,
+};
 use kernels::{Element, Error, Fallback, Options, RankComm, Result, Select, World};
-use policy::{Algo, Arch, Collective, DType, Link, Mode};
+use policy::{Algo, Arch, Collective, DType, Mode};
 
 use super::concurrent::for_each_rank;
 use super::validation::{self, POISON_BYTE};
@@ -79,10 +81,8 @@ pub fn message_lengths(
     bytes: u64,
 ) -> Result<(usize, usize)> {
     let element = dtype.size_bytes();
-    let unit = match collective {
-        Collective::AllReduce => element,
-        Collective::AllGather => element * world as u64,
-    };
+    // One element from every rank.
+    let unit = collective.output_size(world as u64, element);
     if bytes == 0 || !bytes.is_multiple_of(unit) {
         return Err(Error::Mismatch(format!(
             "{bytes} bytes is not a whole number of {} elements{}",
@@ -94,7 +94,7 @@ pub fn message_lengths(
             }
         )));
     }
-    let per_rank = bytes / (unit / element);
+    let per_rank = collective.per_rank_size(world as u64, bytes);
     Ok(((per_rank / element) as usize, (bytes / element) as usize))
 }
 
@@ -393,12 +393,12 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
-    /// The link to `peer` as the policy sees it.
-    pub fn link_to(&self, peer: usize) -> Option<Link> {
+    /// How this GPU reaches `peer` (a GPU it has no entry for: not visible).
+    pub fn reach_to(&self, peer: usize) -> Reach {
         self.links
             .iter()
             .find(|(p, _)| *p == peer)
-            .map(|(_, l)| l.link())
+            .map_or(Reach::NotVisible, |(_, l)| l.reach())
     }
 }
 

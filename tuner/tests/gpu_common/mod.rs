@@ -113,10 +113,9 @@ fn upload<T: Element>(
 fn stage<T: Element>(rank: &RankComm, case: &Case, input: &[T]) -> Result<RankState<T>, String> {
     let stream = rank.stream().clone();
     let world = rank.world_size();
-    let out_len = match case.collective {
-        Collective::AllReduce => case.per_rank,
-        Collective::AllGather => case.per_rank * world,
-    };
+    let out_len = case
+        .collective
+        .output_size(world as u64, case.per_rank as u64) as usize;
     let (input_slice, output) = match (case.placement, case.collective) {
         (Placement::OutOfPlace, _) => {
             let input_slice = upload(&stream, input, case.per_rank)?;

@@ -16,9 +16,8 @@ use toml::de::DeTable;
 use crate::diagnostic::{Diagnostic, LineIndex, Pos};
 use crate::document::{
     Assertion, Band, CapacityEntry, Document, Platform, Provenance, SCHEMA_VERSION, Source, Table,
-    TableKey,
 };
-use crate::vocab::{Algo, Arch, Capacity, Collective, DType, Link, Mode};
+use crate::vocab::{Algo, Arch, Capacity, Collective, DType, Link, Mode, TableKey};
 use fields::{Fields, Sink, as_str, as_table, unknown_name};
 
 /// One parsed file: its document, and where each part of it was written.
