@@ -74,6 +74,8 @@ impl Observer for Progress {
 }
 
 /// Makes Ctrl-C set the returned flag; a second Ctrl-C exits with status 130.
+/// SIGTERM and SIGHUP count as Ctrl-C too, so a sweep under `timeout` (or a
+/// job scheduler's stop) keeps what it measured instead of losing it all.
 pub fn install_ctrl_c() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);

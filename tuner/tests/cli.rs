@@ -212,3 +212,42 @@ fn synthetic_sweep_verify_and_plot() {
         );
     }
 }
+
+/// SIGTERM (what `timeout` and job schedulers send) stops a sweep like Ctrl-C:
+/// after the point in flight, keeping what was measured.
+#[cfg(unix)]
+#[test]
+fn sigterm_keeps_what_a_sweep_measured() {
+    let dir = common::scratch("sigterm");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tuner"))
+        .args(["sweep", "--synthetic", "--no-progress", "--samples", "2000"])
+        .args(["--out", dir.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("the tuner binary runs");
+    // The plan line comes after the handler is installed; then let some
+    // points be measured.
+    let mut stderr_pipe = std::io::BufReader::new(child.stderr.take().expect("piped"));
+    let mut stderr = String::new();
+    while !stderr.contains("tuner: measuring") {
+        let mut line = String::new();
+        let read = std::io::BufRead::read_line(&mut stderr_pipe, &mut line).expect("stderr");
+        assert!(read > 0, "the sweep ended before measuring: {stderr}");
+        stderr.push_str(&line);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    std::io::Read::read_to_string(&mut stderr_pipe, &mut stderr).expect("stderr");
+    child.wait().expect("the sweep exits");
+    assert!(
+        stderr.contains("stopping after the current point"),
+        "{stderr}"
+    );
+    let kept = dir.join("sm90-nvlink.interrupted.evidence.json");
+    assert!(kept.exists(), "{stderr}");
+}
