@@ -117,15 +117,15 @@ use packaged_engine::tables;
 use policy::{Algo, Arch, Collective, DType, Link, Mode, Query};
 
 // 24 MiB over 8 H200s: published two-shot pull in tuned/, NCCL in the engine's.
-const LARGE: Query = Query {
-    collective: Collective::AllReduce,
-    arch: Arch::SM90,
-    link: Link::NvLink,
-    world_size: 8,
-    dtype: DType::Bf16,
-    mode: Mode::Graph,
-    bytes: 24 * 1024 * 1024,
-};
+const LARGE: Query = Query::new(
+    Collective::AllReduce,
+    Arch::SM90,
+    Link::NvLink,
+    8,
+    DType::Bf16,
+    Mode::Graph,
+    24 * 1024 * 1024,
+);
 // Both table sets answer in const context, and differently.
 const BUILT_IN: Algo = policy::select(LARGE);
 const ENGINE: Algo = tables::select(LARGE);

@@ -71,14 +71,16 @@ mod tests {
     #[test]
     fn answers_come_from_the_tables_in_use() {
         let tables = policy::tables_in_use();
-        let query = |bytes| Query {
-            collective: Collective::AllReduce,
-            arch: Arch::SM90,
-            link: Link::NvLink,
-            world_size: 8,
-            dtype: DType::Bf16,
-            mode: Mode::Graph,
-            bytes,
+        let query = |bytes| {
+            Query::new(
+                Collective::AllReduce,
+                Arch::SM90,
+                Link::NvLink,
+                8,
+                DType::Bf16,
+                Mode::Graph,
+                bytes,
+            )
         };
         let plain = Selector::from_spec("").unwrap();
         for bytes in [0, 4096, 1 << 20, 64 << 20, u64::MAX] {

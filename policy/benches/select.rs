@@ -47,15 +47,15 @@ fn varied_queries() -> Vec<Query> {
         .map(|_| {
             // 16 B × 2^k plus a small aligned offset: lands on and between band edges.
             let bytes = (16u64 << (rng.next() % 24)) + 16 * (rng.next() % 4);
-            Query {
-                collective: rng.pick(&Collective::ALL),
-                arch: rng.pick(&archs),
-                link: rng.pick(&links),
-                world_size: rng.pick(&world_sizes),
-                dtype: rng.pick(&DType::ALL),
-                mode: rng.pick(&Mode::ALL),
+            Query::new(
+                rng.pick(&Collective::ALL),
+                rng.pick(&archs),
+                rng.pick(&links),
+                rng.pick(&world_sizes),
+                rng.pick(&DType::ALL),
+                rng.pick(&Mode::ALL),
                 bytes,
-            }
+            )
         })
         .collect()
 }

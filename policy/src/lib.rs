@@ -2,17 +2,16 @@
 //! generated at compile time from `tuned/*.toml` (see `tuned/README.md`).
 //!
 //! ```
-//! use policy::{Algo, Arch, Collective, DType, Link, Mode, Query};
+//! use policy::{Algo, Arch, Collective, DType, Link, Mode, Query, TableKey};
 //!
-//! const DECODE_ALL_REDUCE: Query = Query {
+//! // What the call is (the table that answers it), then where and how large.
+//! const TP8_ALL_REDUCE: TableKey = TableKey {
 //!     collective: Collective::AllReduce,
-//!     arch: Arch::SM80,
-//!     link: Link::NvLink,
 //!     world_size: 8,
 //!     dtype: DType::Bf16,
 //!     mode: Mode::Graph,
-//!     bytes: 448 * 1024,
 //! };
+//! const DECODE_ALL_REDUCE: Query = TP8_ALL_REDUCE.query(Arch::SM80, Link::NvLink, 448 * 1024);
 //! // Decided by the compiler; also callable at run time.
 //! const CHOSEN: Algo = policy::select(DECODE_ALL_REDUCE);
 //! assert!(CHOSEN.is_custom());
@@ -21,7 +20,7 @@
 //! # What is generated
 //!
 //! - [`select`]`(q) -> Algo`: constant-array lookups: the (link, table arch)
-//!   and the query's [`TableKey`] (collective, world size, dtype, mode) give a
+//!   and the query's [`TableKey`] (`q.key`: collective, world size, dtype, mode) give a
 //!   table index, and the band is found by counting, without branches, the
 //!   band edges below `q.bytes`
 //!   (≈4 ns per query; a `match` with an `if` chain measured ≈12 ns);
@@ -87,15 +86,15 @@
 //!     policy::include_tuned!("tuned");
 //! }
 //!
-//! const DECODE: Query = Query {
-//!     collective: Collective::AllReduce,
-//!     arch: Arch::SM90,
-//!     link: Link::NvLink,
-//!     world_size: 8,
-//!     dtype: DType::Bf16,
-//!     mode: Mode::Graph,
-//!     bytes: 16 * 1024,
-//! };
+//! const DECODE: Query = Query::new(
+//!     Collective::AllReduce,
+//!     Arch::SM90,
+//!     Link::NvLink,
+//!     8,
+//!     DType::Bf16,
+//!     Mode::Graph,
+//!     16 * 1024,
+//! );
 //! // Decided at compile time from the engine's files.
 //! const DECODE_ALGO: Algo = tables::select(DECODE);
 //!

@@ -128,21 +128,21 @@ impl Policy {
         self.all_reduce.is_none() && self.all_gather.is_none()
     }
 
-    /// The forced algorithm for `q.collective`, else [`crate::select`] (the
+    /// The forced algorithm for `q.key.collective`, else [`crate::select`] (the
     /// tables built into `policy`).
     #[inline]
     pub const fn select(&self, q: Query) -> Algo {
-        match self.forced(q.collective) {
+        match self.forced(q.key.collective) {
             Some(algo) => algo,
             None => crate::select(q),
         }
     }
 
-    /// The forced algorithm for `q.collective`, else what `tables` choose: for
+    /// The forced algorithm for `q.key.collective`, else what `tables` choose: for
     /// a dispatcher whose tables are an engine's ([`crate::tables_in_use`]).
     #[inline]
     pub fn select_with(&self, tables: &Tables, q: Query) -> Algo {
-        match self.forced(q.collective) {
+        match self.forced(q.key.collective) {
             Some(algo) => algo,
             None => tables.select(q),
         }

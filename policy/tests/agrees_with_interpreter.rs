@@ -71,17 +71,9 @@ fn query(docs: &[Document]) -> impl Strategy<Value = Query> {
         proptest::sample::select(Mode::ALL.to_vec()),
         bytes,
     )
-        .prop_map(
-            |(collective, arch, link, world_size, dtype, mode, bytes)| Query {
-                collective,
-                arch,
-                link,
-                world_size,
-                dtype,
-                mode,
-                bytes,
-            },
-        )
+        .prop_map(|(collective, arch, link, world_size, dtype, mode, bytes)| {
+            Query::new(collective, arch, link, world_size, dtype, mode, bytes)
+        })
 }
 
 /// The generated functions of one table set, so both sets run the same checks.
@@ -116,8 +108,8 @@ fn agrees(generated: &Generated, docs: &[Document], q: Query) -> Result<(), Test
     );
     for algo in Algo::ALL {
         prop_assert_eq!(
-            (generated.capacity)(q.arch, q.link, q.collective, algo),
-            interpret::capacity(docs, q.arch, q.link, q.collective, algo),
+            (generated.capacity)(q.arch, q.link, q.key.collective, algo),
+            interpret::capacity(docs, q.arch, q.link, q.key.collective, algo),
             "capacity of {:?} for {:?}",
             algo,
             q
@@ -130,7 +122,7 @@ fn agrees(generated: &Generated, docs: &[Document], q: Query) -> Result<(), Test
 /// that band's algorithm, one that implements the collective.
 fn total(generated: &Generated, docs: &[Document], q: Query) -> Result<(), TestCaseError> {
     let selected = (generated.select)(q);
-    prop_assert!(selected.implements(q.collective));
+    prop_assert!(selected.implements(q.key.collective));
     if let Some(table) = interpret::table_for(docs, q) {
         let containing: Vec<_> = interpret::bands_containing(&table.bands, q.bytes).collect();
         prop_assert_eq!(containing.len(), 1, "{:?} in {:?}", q.bytes, table.bands);

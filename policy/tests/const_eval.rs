@@ -2,16 +2,19 @@
 //! table fails the build of this test.
 
 use policy::{
-    Algo, Arch, Capacity, Collective, DType, Link, Mode, Query, capacity, select, table_arch,
+    Algo, Arch, Capacity, Collective, DType, Link, Mode, Query, TableKey, capacity, select,
+    table_arch,
 };
 
 const SM80_DECODE: Query = Query {
-    collective: Collective::AllReduce,
+    key: TableKey {
+        collective: Collective::AllReduce,
+        world_size: 8,
+        dtype: DType::Bf16,
+        mode: Mode::Graph,
+    },
     arch: Arch::SM80,
     link: Link::NvLink,
-    world_size: 8,
-    dtype: DType::Bf16,
-    mode: Mode::Graph,
     bytes: 448 * 1024,
 };
 

@@ -3,16 +3,20 @@
 
 use policy::{Algo, Arch, Collective, DType, Link, Mode, OVERRIDE_ENV, Policy, Query};
 
-fn all_gather(bytes: u64) -> Query {
-    Query {
-        collective: Collective::AllGather,
-        arch: Arch::SM80,
-        link: Link::NvLink,
-        world_size: 8,
-        dtype: DType::Bf16,
-        mode: Mode::Graph,
+fn query(collective: Collective, bytes: u64) -> Query {
+    Query::new(
+        collective,
+        Arch::SM80,
+        Link::NvLink,
+        8,
+        DType::Bf16,
+        Mode::Graph,
         bytes,
-    }
+    )
+}
+
+fn all_gather(bytes: u64) -> Query {
+    query(Collective::AllGather, bytes)
 }
 
 #[test]
@@ -26,10 +30,7 @@ fn environment_variable_forces_and_refuses() {
     let policy = Policy::from_env().unwrap();
     assert_eq!(policy.select(all_gather(4096)), Algo::OneShotPull);
     assert_eq!(
-        policy.select(Query {
-            collective: Collective::AllReduce,
-            ..all_gather(448 * 1024)
-        }),
+        policy.select(query(Collective::AllReduce, 448 * 1024)),
         Algo::TwoShotPull
     );
 

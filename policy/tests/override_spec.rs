@@ -3,15 +3,15 @@
 use policy::{Algo, Arch, Collective, DType, Link, Mode, Policy, Query, select};
 
 fn q(collective: Collective, bytes: u64) -> Query {
-    Query {
+    Query::new(
         collective,
-        arch: Arch::SM90,
-        link: Link::NvLink,
-        world_size: 8,
-        dtype: DType::Bf16,
-        mode: Mode::Graph,
+        Arch::SM90,
+        Link::NvLink,
+        8,
+        DType::Bf16,
+        Mode::Graph,
         bytes,
-    }
+    )
 }
 
 const AR: Collective = Collective::AllReduce;

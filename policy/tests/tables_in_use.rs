@@ -33,8 +33,8 @@ fn tables_are_handed_over_once() {
         fixture::table_arch(sm87, q.link)
     );
     assert_eq!(
-        fixture::TABLES.capacity(sm87, q.link, q.collective, Algo::OneShotPush),
-        fixture::capacity(sm87, q.link, q.collective, Algo::OneShotPush)
+        fixture::TABLES.capacity(sm87, q.link, q.key.collective, Algo::OneShotPush),
+        fixture::capacity(sm87, q.link, q.key.collective, Algo::OneShotPush)
     );
     assert!(format!("{:?}", fixture::TABLES).contains("tests/fixtures/fallback"));
 

@@ -122,19 +122,19 @@ fn explain_capacity(out: &mut String, platform: &PlatformInfo, query: Query, alg
     let capacity = platform
         .capacities
         .iter()
-        .find(|c| c.collective == query.collective && c.algo == algo)
+        .find(|c| c.collective == query.key.collective && c.algo == algo)
         .map_or_else(
-            || tuned_schema::default_capacity(query.collective, algo),
+            || tuned_schema::default_capacity(query.key.collective, algo),
             |c| c.capacity,
         );
-    let fits = capacity.accepts_message(query.collective, query.world_size, query.bytes);
+    let fits = capacity.accepts_message(query.key.collective, query.key.world_size, query.bytes);
     let _ = writeln!(
         out,
         "capacity: {} takes ≤ {}, multiples of {} B{}: {}",
         algo.name(),
         format::exact_size(capacity.max_bytes),
         capacity.align,
-        if query.collective == tuned_schema::Collective::AllGather {
+        if query.key.collective == tuned_schema::Collective::AllGather {
             " per rank"
         } else {
             ""
@@ -178,15 +178,15 @@ mod tests {
 
     #[test]
     fn no_file_means_nccl() {
-        let q = Query {
-            collective: Collective::AllReduce,
-            arch: Arch::from_compute_capability(7, 5),
-            link: Link::Pcie,
-            world_size: 8,
-            dtype: DType::Bf16,
-            mode: Mode::Graph,
-            bytes: 4096,
-        };
+        let q = Query::new(
+            Collective::AllReduce,
+            Arch::from_compute_capability(7, 5),
+            Link::Pcie,
+            8,
+            DType::Bf16,
+            Mode::Graph,
+            4096,
+        );
         let text = explain(q);
         assert!(text.contains("file: none for sm75 pcie"), "{text}");
         assert!(text.contains("rule: a query with no table selects nccl"));
@@ -198,15 +198,15 @@ mod tests {
         let Some(p) = policy::PLATFORMS.first() else {
             return;
         };
-        let q = Query {
-            collective: Collective::AllReduce,
-            arch: p.arch,
-            link: p.link,
-            world_size: 7,
-            dtype: DType::Bf16,
-            mode: Mode::Graph,
-            bytes: 4096,
-        };
+        let q = Query::new(
+            Collective::AllReduce,
+            p.arch,
+            p.link,
+            7,
+            DType::Bf16,
+            Mode::Graph,
+            4096,
+        );
         let text = explain(q);
         assert!(
             text.contains("table: none for all_reduce ws7 bf16 graph"),

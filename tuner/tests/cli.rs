@@ -108,15 +108,15 @@ fn explain_agrees_with_policy() {
         "448KiB",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let expected = policy::select(policy::Query {
-        collective: policy::Collective::AllReduce,
-        arch: policy::Arch::SM90,
-        link: policy::Link::NvLink,
-        world_size: 8,
-        dtype: policy::DType::Bf16,
-        mode: policy::Mode::Graph,
-        bytes: 448 * 1024,
-    });
+    let expected = policy::select(policy::Query::new(
+        policy::Collective::AllReduce,
+        policy::Arch::SM90,
+        policy::Link::NvLink,
+        8,
+        policy::DType::Bf16,
+        policy::Mode::Graph,
+        448 * 1024,
+    ));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("458752 bytes (448KiB)"), "{stdout}");
     assert!(

@@ -20,15 +20,15 @@ pub mod tables {
 
 /// An all-reduce of 24 MiB (a prefill chunk) over 8 H200s, replayed from a
 /// CUDA graph.
-pub const PREFILL_ALL_REDUCE: Query = Query {
-    collective: Collective::AllReduce,
-    arch: Arch::SM90,
-    link: Link::NvLink,
-    world_size: 8,
-    dtype: DType::Bf16,
-    mode: Mode::Graph,
-    bytes: 24 * 1024 * 1024,
-};
+pub const PREFILL_ALL_REDUCE: Query = Query::new(
+    Collective::AllReduce,
+    Arch::SM90,
+    Link::NvLink,
+    8,
+    DType::Bf16,
+    Mode::Graph,
+    24 * 1024 * 1024,
+);
 
 /// Chosen by the compiler from the engine's tables: NCCL (the repository's
 /// published table would run two-shot pull here).

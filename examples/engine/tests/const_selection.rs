@@ -5,11 +5,14 @@
 //! published figures that a 2-GPU sweep does not replace.
 
 use engine_example::{PREFILL_ALL_REDUCE, PREFILL_ALL_REDUCE_ALGO, tables};
-use policy::{Algo, Collective, Link, Query};
+use policy::{Algo, Collective, Link, Query, TableKey};
 
 const fn with(collective: Collective, bytes: u64) -> Query {
     Query {
-        collective,
+        key: TableKey {
+            collective,
+            ..PREFILL_ALL_REDUCE.key
+        },
         bytes,
         ..PREFILL_ALL_REDUCE
     }

@@ -153,15 +153,15 @@ impl RankComm {
         mode: crate::vocab::Mode,
         bytes: u64,
     ) -> Query {
-        Query {
+        Query::new(
             collective,
-            arch: self.arch,
-            link: self.link,
-            world_size: self.world_size as u32,
+            self.arch,
+            self.link,
+            self.world_size as u32,
             dtype,
             mode,
             bytes,
-        }
+        )
     }
 
     fn same_device(&self, ctx: &cudarc::driver::CudaContext, what: &str) -> Result<()> {

@@ -138,15 +138,15 @@ mod tests {
     }
 
     fn query(arch: Arch, link: Link, bytes: u64) -> Query {
-        Query {
-            collective: Collective::AllReduce,
+        Query::new(
+            Collective::AllReduce,
             arch,
             link,
-            world_size: 8,
-            dtype: DType::Bf16,
-            mode: Mode::Graph,
+            8,
+            DType::Bf16,
+            Mode::Graph,
             bytes,
-        }
+        )
     }
 
     const fn sm(major: u8, minor: u8) -> Arch {
@@ -198,10 +198,8 @@ mod tests {
         // Same arch, other link: no file.
         assert_eq!(select(&docs, query(sm(9, 0), Link::Pcie, 16)), Algo::Nccl);
         // No table for world size 4.
-        let q = Query {
-            world_size: 4,
-            ..query(sm(9, 0), Link::NvLink, 16)
-        };
+        let mut q = query(sm(9, 0), Link::NvLink, 16);
+        q.key.world_size = 4;
         assert_eq!(select(&docs, q), Algo::Nccl);
     }
 

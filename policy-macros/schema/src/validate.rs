@@ -443,13 +443,13 @@ fn check_assertions(files: &[ParsedFile]) -> Vec<Diagnostic> {
 
 /// The query an assertion is about.
 pub fn assertion_query(a: &Assertion) -> Query {
-    Query {
-        collective: a.collective,
-        arch: a.arch,
-        link: a.link,
-        world_size: a.world_size,
-        dtype: a.dtype,
-        mode: a.mode,
-        bytes: a.bytes,
-    }
+    Query::new(
+        a.collective,
+        a.arch,
+        a.link,
+        a.world_size,
+        a.dtype,
+        a.mode,
+        a.bytes,
+    )
 }

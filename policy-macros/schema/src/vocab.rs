@@ -366,30 +366,70 @@ impl Capacity {
 /// `bytes` is the size of the collective's output in bytes: for all-reduce the
 /// tensor's size, for all-gather the gathered tensor (world size × each rank's input).
 ///
-/// A query is a platform (`arch`, `link`), a table key (`collective`,
-/// `world_size`, `dtype`, `mode`: [`Query::key`]) and a size; the two
-/// directions between a query and its key are [`Query::key`] and
-/// [`TableKey::query`], written here once.
+/// A query is a table key (`collective`, `world_size`, `dtype`, `mode`:
+/// [`Query::key`]), a platform (`arch`, `link`) and a size. The one way to build
+/// a query from its parts is [`TableKey::query`] ([`Query::new`] spells the
+/// same thing out field by field), and [`Query::key`] is the way back.
+///
+/// ```
+/// use tuned_schema::{Arch, Collective, DType, Link, Mode, Query, TableKey};
+///
+/// const KEY: TableKey = TableKey {
+///     collective: Collective::AllReduce,
+///     world_size: 8,
+///     dtype: DType::Bf16,
+///     mode: Mode::Graph,
+/// };
+/// const Q: Query = KEY.query(Arch::SM90, Link::NvLink, 1 << 20);
+/// assert_eq!(Q.key(), KEY);
+/// assert_eq!(Q.key.world_size, 8);
+/// assert_eq!(
+///     Q,
+///     Query::new(
+///         Collective::AllReduce,
+///         Arch::SM90,
+///         Link::NvLink,
+///         8,
+///         DType::Bf16,
+///         Mode::Graph,
+///         1 << 20
+///     )
+/// );
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Query {
-    pub collective: Collective,
+    /// The table that answers this query within its platform's file.
+    pub key: TableKey,
     pub arch: Arch,
     pub link: Link,
-    pub world_size: u32,
-    pub dtype: DType,
-    pub mode: Mode,
     pub bytes: u64,
 }
 
 impl Query {
+    /// The query of `bytes` for `collective` on `world_size` ranks of `dtype`
+    /// in `mode`, on platform (`arch`, `link`): `TableKey { .. }.query(arch,
+    /// link, bytes)` written out.
+    pub const fn new(
+        collective: Collective,
+        arch: Arch,
+        link: Link,
+        world_size: u32,
+        dtype: DType,
+        mode: Mode,
+        bytes: u64,
+    ) -> Query {
+        TableKey {
+            collective,
+            world_size,
+            dtype,
+            mode,
+        }
+        .query(arch, link, bytes)
+    }
+
     /// The key of the table that answers this query within its platform's file.
     pub const fn key(self) -> TableKey {
-        TableKey {
-            collective: self.collective,
-            world_size: self.world_size,
-            dtype: self.dtype,
-            mode: self.mode,
-        }
+        self.key
     }
 }
 
@@ -407,12 +447,9 @@ impl TableKey {
     /// The query of `bytes` on this key, on platform (`arch`, `link`).
     pub const fn query(self, arch: Arch, link: Link, bytes: u64) -> Query {
         Query {
-            collective: self.collective,
+            key: self,
             arch,
             link,
-            world_size: self.world_size,
-            dtype: self.dtype,
-            mode: self.mode,
             bytes,
         }
     }

@@ -148,15 +148,15 @@ fn assertion_checks(out: &mut Vec<TokenStream>, file: &ParsedFile) {
 /// World size 1 never has a table (validation requires ≥ 2), so it must select NCCL.
 fn no_table_check(file: &ParsedFile) -> TokenStream {
     let p = &file.document.platform;
-    let q = Query {
-        collective: Collective::AllReduce,
-        arch: p.arch,
-        link: p.link,
-        world_size: 1,
-        dtype: DType::Bf16,
-        mode: Mode::Graph,
-        bytes: 16,
-    };
+    let q = Query::new(
+        Collective::AllReduce,
+        p.arch,
+        p.link,
+        1,
+        DType::Bf16,
+        Mode::Graph,
+        16,
+    );
     check(
         selects(q, Algo::Nccl),
         file,
@@ -167,15 +167,15 @@ fn no_table_check(file: &ParsedFile) -> TokenStream {
 
 /// `sm00` can have no file (arch names have no leading zero), so it must select NCCL.
 fn unknown_arch_check() -> TokenStream {
-    let q = Query {
-        collective: Collective::AllReduce,
-        arch: Arch::from_compute_capability(0, 0),
-        link: Link::NvLink,
-        world_size: 8,
-        dtype: DType::Bf16,
-        mode: Mode::Graph,
-        bytes: 16,
-    };
+    let q = Query::new(
+        Collective::AllReduce,
+        Arch::from_compute_capability(0, 0),
+        Link::NvLink,
+        8,
+        DType::Bf16,
+        Mode::Graph,
+        16,
+    );
     let condition = selects(q, Algo::Nccl);
     quote! {
         const _: () = ::core::assert!(#condition, "an architecture with no file must select nccl");

@@ -127,10 +127,10 @@ pub fn select_fn(files: &[&ParsedFile]) -> TokenStream {
             let major = at_most(q.arch.major as usize, #last_major);
             let minor = at_most(q.arch.minor as usize, #last_minor);
             let index = PLATFORM_OFFSET[q.link as usize][major][minor] as usize
-                + q.collective as usize * #collective_stride
-                + WORLD_OFFSET[at_most(q.world_size as usize, #ws_limit)] as usize
-                + q.dtype as usize * #dtype_stride
-                + q.mode as usize;
+                + q.key.collective as usize * #collective_stride
+                + WORLD_OFFSET[at_most(q.key.world_size as usize, #ws_limit)] as usize
+                + q.key.dtype as usize * #dtype_stride
+                + q.key.mode as usize;
             let (edges, algos) = &BANDS[TABLE[index] as usize];
             // Edges strictly increase, so the number below `q.bytes` is its band.
             let band = 0 #(+ #bands_below)*;

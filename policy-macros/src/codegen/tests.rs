@@ -165,12 +165,14 @@ fn band_edges_are_checked_at_compile_time_with_their_position() {
     }
     let edge = normalized(quote! {
         select(::policy::Query {
-            collective: ::policy::Collective::AllReduce,
+            key: ::policy::TableKey {
+                collective: ::policy::Collective::AllReduce,
+                world_size: 8,
+                dtype: ::policy::DType::Bf16,
+                mode: ::policy::Mode::Graph,
+            },
             arch: ::policy::Arch::from_compute_capability(9, 0),
             link: ::policy::Link::NvLink,
-            world_size: 8,
-            dtype: ::policy::DType::Bf16,
-            mode: ::policy::Mode::Graph,
             bytes: 65537,
         }).same_as(::policy::Algo::Nccl)
     });

@@ -72,21 +72,15 @@ pub fn table_key(k: TableKey) -> TokenStream {
 }
 
 pub fn query(q: Query) -> TokenStream {
-    let collective = collective(q.collective);
+    let key = table_key(q.key);
     let arch = arch(q.arch);
     let link = link(q.link);
-    let world_size = u32_lit(q.world_size);
-    let dtype = dtype(q.dtype);
-    let mode = mode(q.mode);
     let bytes = u64_lit(q.bytes);
     quote! {
         ::policy::Query {
-            collective: #collective,
+            key: #key,
             arch: #arch,
             link: #link,
-            world_size: #world_size,
-            dtype: #dtype,
-            mode: #mode,
             bytes: #bytes,
         }
     }

@@ -27,13 +27,13 @@ pub fn query(
     mode: Mode,
     bytes: u64,
 ) -> Query {
-    Query {
+    Query::new(
         collective,
         arch,
-        link: Link::NvLink,
+        Link::NvLink,
         world_size,
         dtype,
         mode,
         bytes,
-    }
+    )
 }

@@ -27,20 +27,20 @@ pub struct ExplainArgs {
 }
 
 pub fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result<Exit, Error> {
-    let query = Query {
-        collective: args.collective,
-        arch: args.arch,
-        link: args.link,
-        world_size: args.world_size,
-        dtype: args.dtype,
-        mode: args.mode,
-        bytes: args.bytes,
-    };
+    let query = Query::new(
+        args.collective,
+        args.arch,
+        args.link,
+        args.world_size,
+        args.dtype,
+        args.mode,
+        args.bytes,
+    );
     write!(out, "{}", crate::explain::explain(query))?;
     if let Ok(value) = std::env::var(policy::OVERRIDE_ENV) {
         match policy::Policy::from_spec(&value) {
             Ok(forced) => {
-                if let Some(algo) = forced.forced(query.collective) {
+                if let Some(algo) = forced.forced(query.key.collective) {
                     writeln!(
                         out,
                         "note: {}={value} is set; engines that honour it run {} instead",
