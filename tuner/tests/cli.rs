@@ -167,6 +167,13 @@ fn synthetic_sweep_verify_and_plot() {
     let evidence = dir.join("sm90-nvlink.evidence.json");
     assert!(toml.exists() && evidence.exists());
 
+    // `fit --out` takes a folder as `sweep --out` does, and re-fitting the
+    // evidence into the sweep's own folder reproduces the file.
+    let swept = std::fs::read_to_string(&toml).unwrap();
+    let out = tuner(&["fit", evidence.to_str().unwrap(), "--out", out_dir]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&toml).unwrap(), swept);
+
     let mut args = vec!["verify", toml.to_str().unwrap()];
     args.extend(common_args);
     let out = tuner(&args);

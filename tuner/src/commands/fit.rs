@@ -18,7 +18,7 @@ pub struct FitCommandArgs {
     /// The evidence file a sweep wrote (<arch>-<link>.evidence.json)
     pub evidence: PathBuf,
     /// Where to write the TOML (default: <arch>-<link>.toml beside the
-    /// evidence); `-` prints it instead
+    /// evidence; a folder: <arch>-<link>.toml in it); `-` prints it instead
     #[arg(long, short)]
     pub out: Option<PathBuf>,
     #[command(flatten)]
@@ -35,12 +35,12 @@ pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         );
     }
     let to_stdout = args.out.as_deref() == Some(Path::new("-"));
+    let file_name = toml_file_name(evidence.platform.arch, evidence.platform.link);
     let toml_path = match &args.out {
+        // A folder (`--out tuned/`, as `sweep` takes it): the platform's file in it.
+        Some(path) if !to_stdout && path.is_dir() => path.join(&file_name),
         Some(path) if !to_stdout => path.clone(),
-        _ => args.evidence.with_file_name(toml_file_name(
-            evidence.platform.arch,
-            evidence.platform.link,
-        )),
+        _ => args.evidence.with_file_name(&file_name),
     };
     if to_stdout {
         let result = fit_bands(&evidence, &settings);
