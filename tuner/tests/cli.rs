@@ -160,6 +160,10 @@ fn synthetic_sweep_verify_and_plot() {
     let stdout = text(&out.stdout);
     assert!(stdout.contains("one_shot_push ≤"), "{stdout}");
     assert!(
+        stdout.contains(" points, measured in "),
+        "the measuring time is recorded: {stdout}"
+    );
+    assert!(
         text(&out.stderr).contains("estimated"),
         "the estimate is printed before starting"
     );

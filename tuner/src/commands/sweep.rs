@@ -137,9 +137,12 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
 
     let stop = install_ctrl_c();
     let mut progress = Progress::new(stop, !args.no_progress);
+    let started = std::time::Instant::now();
     let outcome = run_sweep(&mut *backend, &settings, &crate::today_utc(), &mut progress)
         .map_err(Error::Input)?;
     progress.finish();
+    // The measuring time, so that a run's log records it (goals are set on it).
+    let took = format::duration(started.elapsed().as_secs_f64());
     let mut evidence = outcome.evidence;
     if args.backend.synthetic {
         evidence.settings.seed = Some(args.backend.seed);
@@ -158,7 +161,7 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         ));
         write_file(&partial, &evidence.to_json())?;
         let kept = format!(
-            "kept {measured} measured points in {}; `tuner fit {} -o FILE` derives bands from them",
+            "kept {measured} points measured in {took} in {}; `tuner fit {} -o FILE` derives bands from them",
             partial.display(),
             partial.display()
         );
@@ -180,7 +183,7 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     }
     writeln!(
         out,
-        "wrote {} and {} ({measured} points)",
+        "wrote {} and {} ({measured} points, measured in {took})",
         toml_path.display(),
         written.evidence_path.display()
     )?;
