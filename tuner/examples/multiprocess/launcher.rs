@@ -118,8 +118,7 @@ fn supervise(
     let started = Instant::now();
     let mut children: Vec<Option<Child>> = Vec::with_capacity(world);
     for rank in 0..world {
-        let mut child = Command::new(&exe)
-            .args(&args)
+        let mut child = worker_command(&exe, &args, wrapper_for(cli, rank))
             .env(env::WORKER, "1")
             .env(env::RANK, rank.to_string())
             .env(env::WORLD_SIZE, world.to_string())
@@ -419,4 +418,91 @@ fn judge_mismatch(codes: &[i32], lines: &[Line]) -> Result<String, String> {
         ));
     }
     Ok("expected outcome: every rank refused the world, naming dtype and both values".into())
+}
+
+/// The command line `--wrap-with` gives for `rank`, if it is the `--wrap-rank`.
+fn wrapper_for(cli: &Cli, rank: usize) -> Option<Vec<String>> {
+    match (&cli.wrap_with, cli.wrap_rank) {
+        (Some(wrapper), Some(wrapped)) if wrapped == rank => {
+            Some(wrapper.split_whitespace().map(str::to_string).collect())
+        }
+        _ => None,
+    }
+}
+
+/// A worker: this program with the launcher's arguments, or, under a wrapper
+/// (a profiler), the wrapper's command line followed by both. The environment
+/// set on it reaches the worker through the wrapper.
+fn worker_command(exe: &Path, args: &[String], wrapper: Option<Vec<String>>) -> Command {
+    match wrapper {
+        Some(wrapper) if !wrapper.is_empty() => {
+            let mut command = Command::new(&wrapper[0]);
+            command.args(&wrapper[1..]).arg(exe).args(args);
+            command
+        }
+        _ => {
+            let mut command = Command::new(exe);
+            command.args(args);
+            command
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(command: &Command) -> Vec<String> {
+        std::iter::once(command.get_program())
+            .chain(command.get_args())
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_wrapped_worker_runs_under_its_wrapper() {
+        let exe = Path::new("/bin/multiprocess");
+        let args = vec!["--world-size".to_string(), "2".to_string()];
+        let plain = worker_command(exe, &args, None);
+        assert_eq!(parts(&plain), ["/bin/multiprocess", "--world-size", "2"]);
+        let wrapped = worker_command(
+            exe,
+            &args,
+            Some(vec!["ncu".into(), "--launch-count".into(), "1".into()]),
+        );
+        assert_eq!(
+            parts(&wrapped),
+            [
+                "ncu",
+                "--launch-count",
+                "1",
+                "/bin/multiprocess",
+                "--world-size",
+                "2"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_wrap_rank_is_wrapped() {
+        use clap::Parser;
+        let cli = Cli::parse_from([
+            "multiprocess",
+            "--wrap-rank",
+            "1",
+            "--wrap-with",
+            "ncu  -k regex:two_shot",
+        ]);
+        assert_eq!(wrapper_for(&cli, 0), None);
+        assert_eq!(
+            wrapper_for(&cli, 1),
+            Some(vec![
+                "ncu".to_string(),
+                "-k".to_string(),
+                "regex:two_shot".to_string()
+            ])
+        );
+        // Either flag alone is refused.
+        assert!(Cli::try_parse_from(["multiprocess", "--wrap-rank", "0"]).is_err());
+    }
 }

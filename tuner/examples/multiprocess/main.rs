@@ -182,6 +182,20 @@ pub struct Cli {
     /// Bound on the whole run, in seconds; the launcher kills what is left.
     #[arg(long, default_value_t = 300)]
     pub deadline_s: u64,
+    /// Every call of the decode loop all-reduces this many elements instead of
+    /// the decode shapes (e.g. 8388608 bf16 elements = 16 MiB, to profile one
+    /// size).
+    #[arg(long)]
+    pub elements: Option<usize>,
+    /// Runs this rank's worker under `--wrap-with` (a profiler on one rank of a
+    /// world of processes: the other ranks run unprofiled, so a profiler that
+    /// serialises its process's launches cannot stall the collective).
+    #[arg(long, requires = "wrap_with")]
+    pub wrap_rank: Option<usize>,
+    /// The command line that runs the `--wrap-rank` worker, split on
+    /// whitespace, e.g. "ncu --clock-control none -k regex:two_shot --launch-count 1".
+    #[arg(long, requires = "wrap_rank")]
+    pub wrap_with: Option<String>,
 }
 
 fn main() -> ExitCode {

@@ -300,7 +300,9 @@ fn decode_loop<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure
         if cli.kill_rank == Some(rank) && call == kill_at {
             leave(rank, call, cli.kill_mode);
         }
-        let n = HIDDEN[call % HIDDEN.len()] * BATCH[(call / HIDDEN.len()) % BATCH.len()];
+        let n = cli
+            .elements
+            .unwrap_or(HIDDEN[call % HIDDEN.len()] * BATCH[(call / HIDDEN.len()) % BATCH.len()]);
         watch::busy("writing a call's input");
         let inputs = random_inputs::<T>(world, n, call as u64);
         let input = stream.clone_htod(&inputs[rank])?;
