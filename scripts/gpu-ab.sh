@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # A/B of kernel variants on a GPU machine: runs `tuner bench` once per variant,
-# each variant a set of NVRTC defines (the sources' CT_EXP_* switches, passed in
-# KERNELS_NVRTC_DEFINES), NCCL timed in the same process every time. One CSV per
+# each variant a set of NVRTC defines (CT_EXP_* switches that an experiment adds
+# to kernels/cuda/*.cu; none is left in the sources now), passed in
+# KERNELS_NVRTC_DEFINES, NCCL timed in the same process every time. One CSV per
 # variant lands in $OUT (or ./gpu-logs) as ab-<n>.csv, with ab-variants.txt
 # naming them.
 #
-#   AB_VARIANTS=$'base:\nlamport:CT_EXP_TWO_SHOT_LAMPORT' \
+#   AB_VARIANTS=$'base:\nunroll8:CT_EXP_UNROLL_W2=8' \
 #   AB_ARGS="--devices 0,1 --collective all_reduce --sizes 4MiB,8MiB,16MiB" scripts/gpu-ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."

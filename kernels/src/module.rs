@@ -62,8 +62,11 @@ pub fn world_specialisations() -> Vec<u32> {
 /// Extra `#define`s for A/B experiments with kernel variants, from the
 /// environment variable `KERNELS_NVRTC_DEFINES` (`NAME` or `NAME=VALUE`,
 /// whitespace-separated; the sources name their experiment switches
-/// `CT_EXP_*`). Empty in normal use.
-pub fn experiment_defines() -> Vec<(String, String)> {
+/// `CT_EXP_*`; none is defined now: the last one, a barrier-free two-shot,
+/// became `two_shot_push` once measured). Empty in normal use. The defines
+/// are part of the source, so ranks that differ in them are refused when a
+/// world of processes forms (the kernel-source hash in its hello).
+fn experiment_defines() -> Vec<(String, String)> {
     parse_defines(&std::env::var("KERNELS_NVRTC_DEFINES").unwrap_or_default())
 }
 

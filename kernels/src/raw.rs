@@ -15,8 +15,7 @@
 //!   ([`LaunchShape`]);
 //! - the NVRTC build of the CUDA sources ([`compile_for`],
 //!   [`compile_specialisation`], [`entry_names`], [`world_specialisations`]),
-//!   which the compile test checks for every architecture, and the A/B
-//!   experiment switches it was built with ([`experiment_defines`]);
+//!   which the compile test checks for every architecture;
 //! - [`DriverContext`], which names the step a CUDA driver call failed in, and
 //!   [`fnv1a`], the hash the world's handshake uses.
 
@@ -26,8 +25,7 @@ pub use crate::ffi::{
     driver_cuda_version, nccl_present, require_driver, require_nccl, require_nvrtc,
 };
 pub use crate::module::{
-    CompiledKernels, compile_for, compile_specialisation, entry_names, experiment_defines,
-    world_specialisations,
+    CompiledKernels, compile_for, compile_specialisation, entry_names, world_specialisations,
 };
 pub use crate::nccl::nccl_version;
 pub use crate::peer::{PairLink, pair_link};

@@ -105,7 +105,7 @@ impl RankComm {
         }
         self.same_device(buffer.stream().context(), "buffer")?;
         let bytes = byte_len::<T>(buffer.len());
-        let share = bytes / self.world_size as u64;
+        let share = Collective::AllGather.per_rank_size(self.world_size as u64, bytes);
         let stream = self.stream.clone();
         let (ptr, _writing) = buffer.device_ptr_mut(&stream);
         let src = ptr + self.rank as u64 * share;

@@ -43,6 +43,7 @@ fn launch(cli: &Cli) -> Result<u8, String> {
             "--kill-rank {k} is not a rank of a world of {world}"
         ));
     }
+    check_profiling_flags(cli, world)?;
     kernels::raw::require_driver().map_err(|e| e.to_string())?;
     let gpus = CudaContext::device_count().map_err(|e| format!("counting GPUs: {e:?}"))? as usize;
     if gpus == 0 {
@@ -420,6 +421,30 @@ fn judge_mismatch(codes: &[i32], lines: &[Line]) -> Result<String, String> {
     Ok("expected outcome: every rank refused the world, naming dtype and both values".into())
 }
 
+/// Most elements `--elements` takes: 512 MiB of bf16 per rank, already more
+/// than the host reference can check quickly.
+const MAX_ELEMENTS: usize = 1 << 28;
+
+/// Refuses `--elements` and `--wrap-*` values that could not run as meant.
+fn check_profiling_flags(cli: &Cli, world: usize) -> Result<(), String> {
+    if let Some(n) = cli.elements.filter(|&n| n == 0 || n > MAX_ELEMENTS) {
+        return Err(format!("--elements {n}: 1..={MAX_ELEMENTS}"));
+    }
+    if let Some(r) = cli.wrap_rank.filter(|&r| r >= world) {
+        return Err(format!(
+            "--wrap-rank {r} is not a rank of a world of {world}"
+        ));
+    }
+    if cli
+        .wrap_with
+        .as_deref()
+        .is_some_and(|w| w.trim().is_empty())
+    {
+        return Err("--wrap-with is empty: give the command that runs the worker".into());
+    }
+    Ok(())
+}
+
 /// The command line `--wrap-with` gives for `rank`, if it is the `--wrap-rank`.
 fn wrapper_for(cli: &Cli, rank: usize) -> Option<Vec<String>> {
     match (&cli.wrap_with, cli.wrap_rank) {
@@ -504,5 +529,36 @@ mod tests {
         );
         // Either flag alone is refused.
         assert!(Cli::try_parse_from(["multiprocess", "--wrap-rank", "0"]).is_err());
+    }
+
+    #[test]
+    fn profiling_flags_that_cannot_run_are_refused() {
+        use clap::Parser;
+        let check = |args: &[&str]| {
+            let cli = Cli::parse_from(std::iter::once("multiprocess").chain(args.iter().copied()));
+            check_profiling_flags(&cli, 2)
+        };
+        assert!(check(&[]).is_ok());
+        assert!(
+            check(&[
+                "--elements",
+                "8388608",
+                "--wrap-rank",
+                "1",
+                "--wrap-with",
+                "ncu"
+            ])
+            .is_ok()
+        );
+        assert_eq!(
+            check(&["--elements", "0"]).unwrap_err(),
+            format!("--elements 0: 1..={MAX_ELEMENTS}")
+        );
+        assert!(check(&["--elements", "268435457"]).is_err());
+        assert_eq!(
+            check(&["--wrap-rank", "2", "--wrap-with", "ncu"]).unwrap_err(),
+            "--wrap-rank 2 is not a rank of a world of 2"
+        );
+        assert!(check(&["--wrap-rank", "0", "--wrap-with", "  "]).is_err());
     }
 }
