@@ -21,9 +21,13 @@ template <int W>
 struct World {
     // Bound of per-rank arrays.
     static const int SLOTS = W > 0 ? W : CT_MAX_WORLD;
-    // Packs a thread takes per step from each rank: about 8 packs (128 bytes)
-    // in flight per thread in all, within the 128 registers of a 512-thread block.
-    static const int UNROLL = SLOTS <= 2 ? 4 : (SLOTS <= 4 ? 2 : 1);
+    // Packs a thread takes per step from each rank. A world of two runs
+    // blocks of 1024 threads (CT_MAX_THREADS, 64 registers each) taking one
+    // pack per step: measured on 2 x H200 against 512 threads taking 4, 2 or
+    // 1, it was the fastest from 1 MiB to 32 MiB (see
+    // protocol::launch::default_threads). Larger worlds keep blocks of 512 and
+    // W - 1 to 2 (W - 1) packs in flight per thread (not re-measured).
+    static const int UNROLL = SLOTS <= 2 ? 1 : (SLOTS <= 4 ? 2 : 1);
     __device__ static __forceinline__ u32 size(const CollArgs& a) { return W > 0 ? (u32)W : a.world; }
 };
 

@@ -29,13 +29,17 @@ const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Options every compile uses: IEEE behaviour (no flush to zero, no fused
-/// multiply-add, exact division), so subnormals and signed zeros survive.
-const NVRTC_OPTIONS: [&str; 5] = [
+/// multiply-add, exact division), so subnormals and signed zeros survive; and
+/// the assembler's warning for registers spilled to local memory, which lands
+/// in [`CompiledKernels::log`] (the compile test refuses it for the custom
+/// kernels of every world-size build).
+const NVRTC_OPTIONS: [&str; 6] = [
     "--std=c++17",
     "--ftz=false",
     "--fmad=false",
     "--prec-div=true",
     "--prec-sqrt=true",
+    "--ptxas-options=--warn-on-spills",
 ];
 
 /// The world sizes the kernels are specialised for; other sizes (a world of
@@ -84,7 +88,9 @@ fn parse_defines(text: &str) -> Vec<(String, String)> {
 pub fn kernel_source(world_spec: u32) -> String {
     let mut source = cuda_prelude();
     source.push_str(&format!(
-        "// World-size specialisation (0: generic).\n#define CT_WORLD {world_spec}\n"
+        "// World-size specialisation (0: generic) and its largest block.\n\
+         #define CT_WORLD {world_spec}\n#define CT_MAX_THREADS {}\n",
+        crate::protocol::max_threads(world_spec as usize)
     ));
     for (name, value) in experiment_defines() {
         source.push_str(&format!("#define {name} {value}\n"));
@@ -137,7 +143,8 @@ pub struct CompiledKernels {
     pub cubin: Vec<u8>,
     /// The intermediate PTX (kept for inspection and tests).
     pub ptx: String,
-    /// NVRTC's log (warnings), usually empty.
+    /// NVRTC's log: warnings, among them the assembler's for spilled registers
+    /// (`Registers are spilled to local memory in function '…'`); usually empty.
     pub log: String,
 }
 

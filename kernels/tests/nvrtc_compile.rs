@@ -51,6 +51,14 @@ fn check_build(arch: Arch, world_spec: u32) {
     // In a specialised build the per-rank arrays of the custom algorithms stay
     // in registers: no local memory (the generic build and the loopback
     // reference index ranks at run time and may use it).
+    // The assembler may still spill registers that the PTX keeps in virtual
+    // ones, when the build's __launch_bounds__ caps them (64 per thread for
+    // the 1024-thread world-size-2 build; at 1024 the world-size-4 build's
+    // two_shot_push spilled 104 bytes): its warning names the function. The
+    // world-size-2 build may spill nothing. Other builds may spill at most
+    // SPILL_TOLERANCE bytes: when this check was added, the world-size-5 build
+    // for sm_90 (push, 8 bytes) and the 3 and 5 builds for sm_100
+    // (two_shot_push, 12-16 bytes) already did; those are printed.
     if world_spec != 0 {
         for (name, body) in entry_bodies(&compiled.ptx) {
             if !name.contains("reference") {
@@ -58,9 +66,51 @@ fn check_build(arch: Arch, world_spec: u32) {
                     !body.contains(".local"),
                     "{arch} CT_WORLD={world_spec}: {name} uses local memory"
                 );
+                let spilled = spill_bytes(&compiled.log, name);
+                let tolerance = if world_spec == 2 { 0 } else { SPILL_TOLERANCE };
+                assert!(
+                    spilled <= tolerance,
+                    "{arch} CT_WORLD={world_spec}: {name} spills {spilled} bytes:\n{}",
+                    compiled.log
+                );
+                if spilled > 0 {
+                    println!(
+                        "{arch} CT_WORLD={world_spec}: {name} spills {spilled} bytes (tolerated)"
+                    );
+                }
             }
         }
     }
+}
+
+/// Most bytes of spill stores a custom kernel of a build other than world
+/// size 2 may have (see check_build).
+const SPILL_TOLERANCE: u64 = 16;
+
+/// Bytes of spill stores the assembler's log reports for `function` (0 when
+/// it reports none).
+fn spill_bytes(log: &str, function: &str) -> u64 {
+    let quoted = format!("'{function}'");
+    log.lines()
+        .filter(|line| line.contains("spilled") && line.contains(&quoted))
+        .filter_map(|line| {
+            let (before, _) = line.split_once(" bytes spill stores")?;
+            before.rsplit(' ').next()?.parse::<u64>().ok()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_spill_check_reads_the_assemblers_warning() {
+    let log = "ptxas warning : Registers are spilled to local memory in function \
+               'colltune_two_shot_push_all_reduce_f32', 104 bytes spill stores, 108 bytes spill loads";
+    assert_eq!(
+        spill_bytes(log, "colltune_two_shot_push_all_reduce_f32"),
+        104
+    );
+    assert_eq!(spill_bytes(log, "colltune_two_shot_push_all_reduce_f16"), 0);
+    assert_eq!(spill_bytes("", "colltune_push_all_gather"), 0);
 }
 
 /// (entry name, text up to the next entry) for every kernel in `ptx`.

@@ -24,7 +24,10 @@ pub struct Options {
     /// idle at no cost); on a loopback world the SMs divided by the world size
     /// (at most 32), since every block of every rank must be resident at once.
     pub blocks: Option<u32>,
-    /// Threads per block (multiple of 32, at most 512). Default 512.
+    /// Threads per block (multiple of 32; at most 1024 in a world of two,
+    /// 512 otherwise, the `__launch_bounds__` of the world's kernels). Default:
+    /// that largest block (measured fastest on 2 x H200; see
+    /// `protocol::launch::default_threads`).
     pub threads: Option<u32>,
     /// Print the first decline of each kind to stderr. Default true.
     pub log_declines: bool,

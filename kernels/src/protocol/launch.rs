@@ -2,7 +2,7 @@
 //! once (a block waiting for a peer block that cannot be scheduled never
 //! finishes), so block counts are bounded by what the GPUs can hold.
 
-use super::{MAX_BLOCKS, MAX_THREADS, MAX_WORLD};
+use super::{MAX_BLOCKS, MAX_WORLD, max_threads};
 
 /// Threads per block and the most blocks one kernel of one rank may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,17 +14,31 @@ pub struct LaunchShape {
 /// Most blocks per rank a loopback world gets by default: its ranks share one
 /// GPU, whose SMs are divided between them anyway.
 pub const DEFAULT_LOOPBACK_BLOCKS: u32 = 32;
-/// Default threads per block.
-pub const DEFAULT_THREADS: u32 = 512;
+/// Default threads per block for a world of `world` ranks: the largest block
+/// its build allows, 1024 for a world of two and 512 otherwise. Measured on
+/// 2 x H200 (NVLink), bf16 all-reduce, NCCL in the same run: blocks of 1024
+/// threads taking one pack per step beat blocks of 512 taking four, two or
+/// one for the fastest algorithm at every size from 1 MiB to 32 MiB
+/// (`two_shot_push` 8 MiB 26.8 µs against 29.3, 16 MiB 52.8 against 55.9;
+/// blocks of 256 were slower still); at 64 MiB `two_shot_pull` was about 1%
+/// slower (0.83x NCCL against 0.82x). More warps per SM keep more stores in
+/// flight while others wait for their data. Larger worlds keep 512: their
+/// builds spill at 1024, and the larger block was not measured on 4 or 8 GPUs.
+pub const fn default_threads(world: usize) -> u32 {
+    max_threads(world)
+}
 
 impl LaunchShape {
-    /// Checks a requested shape against the kernels' limits and, for a loopback
+    /// Checks a requested shape against the kernels' limits (the block size
+    /// against the `__launch_bounds__` of the world's build) and, for a loopback
     /// world (all ranks on one GPU), against co-residency: `world` x `max_blocks`
     /// blocks must fit on `sm_count` SMs, one block per SM at least.
     pub fn validate(self, world: usize, sm_count: u32, loopback: bool) -> Result<Self, String> {
-        if self.threads < 32 || self.threads > MAX_THREADS || !self.threads.is_multiple_of(32) {
+        let max = max_threads(world);
+        if self.threads < 32 || self.threads > max || !self.threads.is_multiple_of(32) {
             return Err(format!(
-                "threads per block must be a multiple of 32 in 32..={MAX_THREADS}, not {}",
+                "threads per block must be a multiple of 32 in 32..={max} for a world of \
+                 {world}, not {}",
                 self.threads
             ));
         }
@@ -70,7 +84,7 @@ impl LaunchShape {
             sm_count.min(MAX_BLOCKS)
         };
         LaunchShape {
-            threads: DEFAULT_THREADS,
+            threads: default_threads(world),
             max_blocks: max_blocks.max(1),
         }
     }
@@ -129,12 +143,30 @@ mod tests {
 
     #[test]
     fn odd_thread_counts_are_refused() {
-        for threads in [0, 16, 100, 1024] {
+        for threads in [0, 16, 100, 1056, 2048] {
             let shape = LaunchShape {
                 threads,
                 max_blocks: 4,
             };
             assert!(shape.validate(2, 132, false).is_err(), "{threads}");
+        }
+    }
+
+    #[test]
+    fn blocks_of_1024_are_for_worlds_of_two_only() {
+        let shape = LaunchShape {
+            threads: 1024,
+            max_blocks: 4,
+        };
+        assert!(shape.validate(2, 132, false).is_ok());
+        for world in [1, 3, 4, 8] {
+            let err = shape.validate(world, 132, false).unwrap_err();
+            assert!(err.contains("32..=512"), "{world}: {err}");
+        }
+        assert_eq!(LaunchShape::default_for(2, 132, false).threads, 1024);
+        assert_eq!(LaunchShape::default_for(2, 132, true).threads, 1024);
+        for world in [1, 3, 4, 8] {
+            assert_eq!(LaunchShape::default_for(world, 132, false).threads, 512);
         }
     }
 

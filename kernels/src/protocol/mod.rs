@@ -29,8 +29,24 @@ use std::fmt::Write;
 pub const MAX_WORLD: usize = 8;
 /// Largest grid of one kernel (the barrier flag array has this many rows).
 pub const MAX_BLOCKS: u32 = 256;
-/// Largest block (`__launch_bounds__`), which caps registers at 128 per thread.
+/// Largest block of the world-size-2 build (its `__launch_bounds__`, which
+/// caps registers at 64 per thread; with one pack per thread per step its
+/// kernels need 44 at most).
+pub const MAX_THREADS_WORLD_2: u32 = 1024;
+/// Largest block of every other build (`__launch_bounds__`, which caps
+/// registers at 128 per thread). At 1024 the `two_shot_push` kernels of the
+/// world-size-4 and -8 builds and of the generic build spill to local memory.
 pub const MAX_THREADS: u32 = 512;
+
+/// Largest block of the kernels a world of `world` ranks runs: the build's
+/// `__launch_bounds__` (`CT_MAX_THREADS`).
+pub const fn max_threads(world: usize) -> u32 {
+    if world == 2 {
+        MAX_THREADS_WORLD_2
+    } else {
+        MAX_THREADS
+    }
+}
 /// The custom kernels move 16-byte vectors.
 pub const PACK_BYTES: u64 = 16;
 /// The Lamport "not arrived yet" word: f32 -0.0.
@@ -125,10 +141,9 @@ pub const FAULT_TIMEOUT: u32 = 1;
 
 /// The `#define`s the CUDA sources are compiled with.
 pub fn cuda_prelude() -> String {
-    let defines: [(&str, String); 17] = [
+    let defines: [(&str, String); 16] = [
         ("CT_MAX_WORLD", MAX_WORLD.to_string()),
         ("CT_MAX_BLOCKS", MAX_BLOCKS.to_string()),
-        ("CT_MAX_THREADS", MAX_THREADS.to_string()),
         ("CT_SENTINEL", format!("{SENTINEL:#010x}u")),
         ("CT_CTRL_ERROR", ctrl::ERROR.to_string()),
         ("CT_CTRL_ERROR_INFO", ctrl::ERROR_INFO.to_string()),

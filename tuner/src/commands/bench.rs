@@ -62,7 +62,8 @@ pub struct BenchArgs {
     /// SMs shared out, at most 32, on a loopback world).
     #[arg(long)]
     blocks: Option<u32>,
-    /// Threads per block (multiple of 32, at most 512; default 512).
+    /// Threads per block (multiple of 32; at most and by default 1024 in a
+    /// world of two, 512 otherwise).
     #[arg(long)]
     threads: Option<u32>,
     /// Launch the custom kernels without programmatic dependent launch (for
