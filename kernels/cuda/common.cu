@@ -281,7 +281,6 @@ struct Deadline {
 // (tests start them just below it).
 __device__ __forceinline__ bool flag_reached(u64 flag, u64 target) { return (long long)(flag - target) >= 0; }
 
-__device__ __forceinline__ u64 first_thread() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ u64 thread_stride() { return (u64)gridDim.x * blockDim.x; }
 
 #define CT_KERNEL extern "C" __global__ void __launch_bounds__(CT_MAX_THREADS)

@@ -43,7 +43,7 @@ __device__ __forceinline__ void pull_collective(const CollArgs& a) {
     const u32 world = World<W>::size(a);
     const u64 half = (state.use & 1u) * a.staging_bytes;
     const u64 packs = a.bytes / 16u;
-    const u64 first = first_thread();
+    const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
     const u64 step = stride * UNROLL;
     const bool aligned = a.io_aligned != 0u;
@@ -67,7 +67,7 @@ __device__ __forceinline__ void pull_collective(const CollArgs& a) {
     }
 
     // 2. Barrier; 3. read every rank's half.
-    if (block_has_work(packs) && block_barrier<W>(a, state.seq + 1u, CT_KERNEL_PULL, CT_PHASE_BARRIER_1)) {
+    if (block_has_work<W>(a, packs) && block_barrier<W>(a, state.seq + 1u, CT_KERNEL_PULL, CT_PHASE_BARRIER_1)) {
         for (u64 base = first; base < packs; base += step) {
             Pack v[UNROLL][SLOTS];
 #pragma unroll
@@ -126,7 +126,7 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
     const u64 units = a.bytes / unit;
     const u64 chunk_units = a.staging_bytes / unit;
     const u64 chunks = (units + chunk_units - 1u) / chunk_units;
-    const u64 first = first_thread();
+    const u64 first = first_unit<0>(a);
     const u64 stride = thread_stride();
     const char* in = (const char*)a.input;
     char* out = (char*)a.output;
@@ -141,7 +141,7 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
         for (u64 j = first; j < len; j += stride)
             *(Bits*)(my_stage + j * unit) = *(const Bits*)(in + (base + j) * unit);
 
-        if (!block_has_work(len)) continue;
+        if (!block_has_work<0>(a, len)) continue;
         if (!block_barrier<0>(a, state.seq + c + 1u, CT_KERNEL_REFERENCE, CT_PHASE_BARRIER_1)) break;
 
         for (u64 j = first; j < len; j += stride) {

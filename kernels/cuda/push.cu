@@ -38,7 +38,7 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
     const int UNROLL = World<W>::UNROLL;
     u32* ctrl = ctrl_of(a, a.rank);
     const u64 packs = a.bytes / 16u;
-    const u64 first = first_thread();
+    const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
     const u64 step = stride * UNROLL;
     const bool aligned = a.io_aligned != 0u;

@@ -46,7 +46,7 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
     const u64 packs = a.bytes / 16u;
     const u64 shard = (packs + world - 1u) / world;
     const u64 area = (u64)world * shard * 16u;  // bytes of one area
-    const u64 first = first_thread();
+    const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
     const u64 step = stride * UNROLL;
     const bool aligned = a.io_aligned != 0u;
@@ -79,7 +79,7 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
     }
 
     // A block with no packs has nothing to wait for (see block_has_work).
-    if (!block_has_work(shard)) return;
+    if (!block_has_work<W>(a, shard)) return;
 
     if (block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT, CT_PHASE_BARRIER_1)) {
         // 3. Reduce shard `rank`; send the sum to every peer.

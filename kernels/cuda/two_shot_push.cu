@@ -36,7 +36,7 @@ __device__ __forceinline__ void two_shot_push_all_reduce(const CollArgs& a) {
     const u32 rank = a.rank;
     const u64 packs = a.bytes / 16u;
     const u64 shard = (packs + world - 1u) / world;
-    const u64 first = first_thread();
+    const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
     const u64 step = stride * UNROLL;
     const bool aligned = a.io_aligned != 0u;
