@@ -24,7 +24,7 @@ struct World {
     // Packs a thread takes per step from each rank. A world of two runs
     // blocks of 1024 threads (CT_MAX_THREADS, 64 registers each) taking one
     // pack per step: measured on 2 x H200 against 512 threads taking 4, 2 or
-    // 1, it was the fastest from 1 MiB to 32 MiB (see
+    // 1, it was the fastest from 2 MiB to 32 MiB (see
     // protocol::launch::default_threads). Larger worlds keep blocks of 512 and
     // W - 1 to 2 (W - 1) packs in flight per thread (not re-measured).
     static const int UNROLL = SLOTS <= 2 ? 1 : (SLOTS <= 4 ? 2 : 1);
