@@ -517,12 +517,11 @@ fn prepare(
         _ => {}
     }
     let link = decision.link;
-    let shared_gpu = decision.ranks_per_gpu > 1;
     let shape = launch_shape(
         options,
+        world,
         decision.ranks_per_gpu,
         identity::min_sms(hellos)?,
-        shared_gpu,
     )?;
     let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
     let plan = if custom {

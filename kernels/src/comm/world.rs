@@ -42,7 +42,7 @@ impl World {
         ffi::require_nvrtc()?;
         check_world_size(world_size)?;
         let arch = arch_of(&ctx)?;
-        let shape = launch_shape(&options, world_size, sm_count(&ctx)?, true)?;
+        let shape = launch_shape(&options, world_size, world_size, sm_count(&ctx)?)?;
         let link = Link::Loopback;
         let fallback = if world_size == 1 {
             Fallback::Nccl
@@ -135,7 +135,7 @@ impl World {
         for ctx in &contexts {
             sms = sms.min(sm_count(ctx)?);
         }
-        let shape = launch_shape(&options, world_size, sms, false)?;
+        let shape = launch_shape(&options, world_size, 1, sms)?;
         let topology = peer::connect(&contexts)?;
         // One GPU has no link: `connect` calls that world `Loopback`.
         let link = topology.link;
@@ -256,18 +256,21 @@ pub(crate) fn check_world_size(world_size: usize) -> Result<()> {
     }
 }
 
+/// The launch shape of a world of `world_size` ranks, `ranks_per_gpu` of which
+/// share each GPU (the block size follows the world's build, the block count
+/// the GPU's sharing): the defaults, overridden by `options`, then checked.
 pub(crate) fn launch_shape(
     options: &Options,
     world_size: usize,
+    ranks_per_gpu: usize,
     sms: u32,
-    loopback: bool,
 ) -> Result<LaunchShape> {
-    let default = LaunchShape::default_for(world_size, sms, loopback);
+    let default = LaunchShape::default_for(world_size, ranks_per_gpu, sms);
     LaunchShape {
         threads: options.threads.unwrap_or(default.threads),
         max_blocks: options.blocks.unwrap_or(default.max_blocks),
     }
-    .validate(world_size, sms, loopback)
+    .validate(world_size, ranks_per_gpu, sms)
     .map_err(Error::Unsupported)
 }
 

@@ -29,11 +29,18 @@ pub const fn default_threads(world: usize) -> u32 {
 }
 
 impl LaunchShape {
-    /// Checks a requested shape against the kernels' limits (the block size
-    /// against the `__launch_bounds__` of the world's build) and, for a loopback
-    /// world (all ranks on one GPU), against co-residency: `world` x `max_blocks`
-    /// blocks must fit on `sm_count` SMs, one block per SM at least.
-    pub fn validate(self, world: usize, sm_count: u32, loopback: bool) -> Result<Self, String> {
+    /// Checks a requested shape for a world of `world` ranks, `ranks_per_gpu`
+    /// of which share each GPU (1: a GPU per rank; the world size in a
+    /// loopback world): the block size against the `__launch_bounds__` of the
+    /// world's build, which depends on `world` alone, and co-residency, which
+    /// depends on `ranks_per_gpu` alone: `ranks_per_gpu` x `max_blocks` blocks
+    /// must fit on `sm_count` SMs, one block per SM at least.
+    pub fn validate(
+        self,
+        world: usize,
+        ranks_per_gpu: usize,
+        sm_count: u32,
+    ) -> Result<Self, String> {
         let max = max_threads(world);
         if self.threads < 32 || self.threads > max || !self.threads.is_multiple_of(32) {
             return Err(format!(
@@ -51,35 +58,27 @@ impl LaunchShape {
                 self.max_blocks
             ));
         }
-        let resident = if loopback {
-            world as u64 * self.max_blocks as u64
-        } else {
-            self.max_blocks as u64
-        };
-        if resident > sm_count as u64 {
+        let sharing = ranks_per_gpu.max(1);
+        if sharing as u64 * self.max_blocks as u64 > sm_count as u64 {
             return Err(format!(
-                "{} blocks per rank x {} rank(s) on one GPU exceed its {sm_count} SMs: spinning \
-                 blocks must all be resident at once (choose blocks <= {})",
+                "{} blocks per rank x {sharing} rank(s) on one GPU exceed its {sm_count} SMs: \
+                 spinning blocks must all be resident at once (choose blocks <= {})",
                 self.max_blocks,
-                if loopback { world } else { 1 },
-                if loopback {
-                    sm_count as usize / world
-                } else {
-                    sm_count as usize
-                }
+                sm_count as usize / sharing
             ));
         }
         Ok(self)
     }
 
-    /// The default shape: on a loopback world the GPU's SMs are split between
-    /// the ranks (at most `DEFAULT_LOOPBACK_BLOCKS`, 32, each); on real devices
-    /// each rank has a GPU of its own and uses one block per SM, which large
-    /// messages need to keep enough NVLink traffic in flight (see
-    /// [`LaunchShape::grid`]).
-    pub fn default_for(world: usize, sm_count: u32, loopback: bool) -> LaunchShape {
-        let max_blocks = if loopback {
-            (sm_count / world.max(1) as u32).min(DEFAULT_LOOPBACK_BLOCKS)
+    /// The default shape for a world of `world` ranks, `ranks_per_gpu` of
+    /// which share each GPU: blocks of [`default_threads`]`(world)`; when ranks
+    /// share a GPU its SMs are split between them (at most
+    /// `DEFAULT_LOOPBACK_BLOCKS`, 32, each); a rank with a GPU of its own uses
+    /// one block per SM, which large messages need to keep enough NVLink
+    /// traffic in flight (see [`LaunchShape::grid`]).
+    pub fn default_for(world: usize, ranks_per_gpu: usize, sm_count: u32) -> LaunchShape {
+        let max_blocks = if ranks_per_gpu > 1 {
+            (sm_count / ranks_per_gpu as u32).min(DEFAULT_LOOPBACK_BLOCKS)
         } else {
             sm_count.min(MAX_BLOCKS)
         };
@@ -104,41 +103,45 @@ impl LaunchShape {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::module::world_specialisation;
 
     #[test]
     fn h200_loopback_defaults_are_co_resident() {
         for world in [1, 2, 4, 8] {
-            let shape = LaunchShape::default_for(world, 132, true);
+            let shape = LaunchShape::default_for(world, world, 132);
             assert!(
-                shape.validate(world, 132, true).is_ok(),
+                shape.validate(world, world, 132).is_ok(),
                 "world {world}: {shape:?}"
             );
             assert!(world as u32 * shape.max_blocks <= 132);
         }
-        assert_eq!(LaunchShape::default_for(8, 132, true).max_blocks, 16);
-        assert_eq!(LaunchShape::default_for(2, 132, true).max_blocks, 32);
+        assert_eq!(LaunchShape::default_for(8, 8, 132).max_blocks, 16);
+        assert_eq!(LaunchShape::default_for(2, 2, 132).max_blocks, 32);
     }
 
     #[test]
     fn devices_use_one_block_per_sm() {
-        let shape = LaunchShape::default_for(2, 132, false);
+        let shape = LaunchShape::default_for(2, 1, 132);
         assert_eq!(shape.max_blocks, 132);
-        assert!(shape.validate(2, 132, false).is_ok());
-        assert_eq!(
-            LaunchShape::default_for(8, 1000, false).max_blocks,
-            MAX_BLOCKS
-        );
+        assert!(shape.validate(2, 1, 132).is_ok());
+        assert_eq!(LaunchShape::default_for(8, 1, 1000).max_blocks, MAX_BLOCKS);
     }
 
     #[test]
-    fn too_many_loopback_blocks_are_refused() {
+    fn too_many_blocks_on_a_shared_gpu_are_refused() {
         let shape = LaunchShape {
             threads: 512,
             max_blocks: 17,
         };
-        let err = shape.validate(8, 132, true).unwrap_err();
+        let err = shape.validate(8, 8, 132).unwrap_err();
         assert!(err.contains("resident"), "{err}");
-        assert!(shape.validate(8, 132, false).is_ok());
+        assert!(shape.validate(8, 1, 132).is_ok());
+        // Four processes on two GPUs: two ranks share each GPU.
+        let shape = LaunchShape {
+            threads: 512,
+            max_blocks: 67,
+        };
+        assert!(shape.validate(4, 2, 132).unwrap_err().contains("2 rank(s)"));
     }
 
     #[test]
@@ -148,7 +151,7 @@ mod tests {
                 threads,
                 max_blocks: 4,
             };
-            assert!(shape.validate(2, 132, false).is_err(), "{threads}");
+            assert!(shape.validate(2, 1, 132).is_err(), "{threads}");
         }
     }
 
@@ -158,15 +161,49 @@ mod tests {
             threads: 1024,
             max_blocks: 4,
         };
-        assert!(shape.validate(2, 132, false).is_ok());
+        for ranks_per_gpu in [1, 2] {
+            assert!(shape.validate(2, ranks_per_gpu, 132).is_ok());
+        }
         for world in [1, 3, 4, 8] {
-            let err = shape.validate(world, 132, false).unwrap_err();
+            let err = shape.validate(world, 1, 132).unwrap_err();
             assert!(err.contains("32..=512"), "{world}: {err}");
         }
-        assert_eq!(LaunchShape::default_for(2, 132, false).threads, 1024);
-        assert_eq!(LaunchShape::default_for(2, 132, true).threads, 1024);
+        for ranks_per_gpu in [1, 2] {
+            assert_eq!(
+                LaunchShape::default_for(2, ranks_per_gpu, 132).threads,
+                1024
+            );
+        }
         for world in [1, 3, 4, 8] {
-            assert_eq!(LaunchShape::default_for(world, 132, false).threads, 512);
+            assert_eq!(LaunchShape::default_for(world, 1, 132).threads, 512);
+        }
+    }
+
+    #[test]
+    fn the_block_size_follows_the_world_not_the_gpu_sharing() {
+        // A world of two processes, one per GPU, runs the world-size-2 build:
+        // blocks of 1024 by default, and 1024 is allowed.
+        let own_gpus = LaunchShape::default_for(2, 1, 132);
+        assert_eq!(own_gpus.threads, 1024);
+        assert!(own_gpus.validate(2, 1, 132).is_ok());
+        // Four processes on two GPUs run the world-size-4 build (bounded at
+        // 512), two ranks per GPU.
+        let shared = LaunchShape::default_for(4, 2, 132);
+        assert_eq!(shared.threads, 512);
+        assert_eq!(shared.max_blocks, 32);
+        assert!(shared.validate(4, 2, 132).is_ok());
+    }
+
+    #[test]
+    fn the_limit_checked_is_the_one_the_build_is_compiled_with() {
+        // kernel_source bounds a build by max_threads(its CT_WORLD); validate
+        // checks max_threads(world). They must agree for every world.
+        for world in 1..=MAX_WORLD {
+            assert_eq!(
+                max_threads(world),
+                max_threads(world_specialisation(world) as usize),
+                "world {world}"
+            );
         }
     }
 
