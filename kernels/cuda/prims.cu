@@ -24,7 +24,7 @@ struct World {
     // Packs a thread takes per step from each rank. A world of two runs
     // blocks of 1024 threads (CT_MAX_THREADS, 64 registers each) taking one
     // pack per step: measured on 2 x H200 against 512 threads taking 4, 2 or
-    // 1, it was the fastest from 2 MiB to 32 MiB (see
+    // 1, it was the fastest from 2 MiB to 16 MiB (see
     // protocol::launch::default_threads). Larger worlds keep blocks of 512 and
     // W - 1 to 2 (W - 1) packs in flight per thread (not re-measured).
     static const int UNROLL = SLOTS <= 2 ? 1 : (SLOTS <= 4 ? 2 : 1);
@@ -131,27 +131,27 @@ __device__ __forceinline__ void save_pull_state(u32* ctrl, const CallState& s, u
 // ---------------------------------------------------------------------------
 
 // Unit j of a call (a pack; an element in the reference kernels) belongs to the
-// thread numbered j mod thread_stride(), and every phase of every algorithm
-// keeps to it. Threads are numbered in one of two ways:
+// thread numbered j mod thread_stride(), and every phase of a kernel keeps to
+// it. Threads are numbered in one of two ways (protocol::sequence mirrors both
+// and tests that each is a one-to-one numbering):
 // - block by block: block b holds numbers [b * blockDim, (b + 1) * blockDim);
 // - warps dealt to the blocks in turn: warp w of block b is warp w * gridDim + b,
 //   so a message of a few warps' worth of units spreads over as many SMs
 //   instead of filling one block first.
 // A warp takes 32 consecutive units either way (512 contiguous bytes of packs).
 // Measured on 2 x H200 (bf16, graph mode, two runs of each, NCCL in the same
-// process): dealing was 7-10% faster from 16 KiB to 256 KiB, 2-4% up to 1 MiB,
-// 4-6% slower at 1-4 KiB, and 1.5% slower at 8 MiB per rank and above (the
-// pull family). So the world-size-2 build deals calls of kDealMinBytes up to
-// kDealMaxBytes per rank; other calls, and other world sizes (not measured),
-// number block by block. The choice depends only on the call's bytes, which
-// every rank passes alike, so thread t of every rank takes the same units; it
-// may change between calls, since a rank's kernel ends before its next starts.
-constexpr u64 kDealMinBytes = 8u * 1024u;
-constexpr u64 kDealMaxBytes = 8u * 1024u * 1024u;
-
+// process), for the fastest algorithm: dealing was 4.7-10% faster from 16 KiB
+// to 256 KiB, 1-4% up to 1 MiB, 1-5% slower at 1-8 KiB of output, and up to 1.6%
+// slower at 8 MiB per rank and above. So the world-size-2 build
+// (CT_DEAL_WORLD) deals calls of CT_DEAL_MIN_BYTES up to CT_DEAL_MAX_BYTES per
+// rank; other calls, and other world sizes (not measured), number block by
+// block, and so does one_shot_pull (pull.cu says why). The choice depends only
+// on the kernel and the call's bytes, which every rank passes alike, so thread
+// t of every rank takes the same units; it may change between calls, since a
+// rank's kernel ends before its next one starts.
 template <int W>
 __device__ __forceinline__ bool deals_warps(const CollArgs& a) {
-    return W == 2 && a.bytes >= kDealMinBytes && a.bytes < kDealMaxBytes;
+    return W == CT_DEAL_WORLD && a.bytes >= CT_DEAL_MIN_BYTES && a.bytes < CT_DEAL_MAX_BYTES;
 }
 
 // The number of this thread (its first unit).

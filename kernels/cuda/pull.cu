@@ -17,13 +17,16 @@
 //
 // No barrier at the end: half h is written again at the next use but one. Before
 // block b of this rank writes half h again it has passed a barrier of the use in
-// between, which needs block b of every peer to signal it; a peer's block b
-// signals only after all its threads finished reading the use before (the
-// barrier starts with __syncthreads). When block b had no work in the use in
-// between (a smaller message), kernel order settles it: this rank started the
-// new use only after its kernel of the use in between ended, which needed block
-// 0 of every peer to arrive in that use (block 0 always has work), so every peer
-// had finished its kernel of the use before.
+// between, which needs block b of every peer to signal it in that use; a peer's
+// block b runs the use in between only after the peer's kernel of the use
+// before has ended (stream order; under programmatic launch, its
+// griddepcontrol.wait), so every block of that peer has finished reading half h,
+// whichever thread owned which unit in either use (the numbering may change
+// between calls: prims.cu, first_unit). When block b had no work in the use in
+// between (a smaller message), kernel order settles it too: this rank started
+// the new use only after its kernel of the use in between ended, which needed
+// block 0 of every peer to arrive in that use (block 0 always has work), so
+// every peer had finished its kernel of the use before.
 //
 // Barrier values come from the block call state's 64-bit sequence counter,
 // shared by every pull-family kernel: all ranks run the same sequence of calls
@@ -43,7 +46,10 @@ __device__ __forceinline__ void pull_collective(const CollArgs& a) {
     const u32 world = World<W>::size(a);
     const u64 half = (state.use & 1u) * a.staging_bytes;
     const u64 packs = a.bytes / 16u;
-    const u64 first = first_unit<W>(a);
+    // Numbered block by block at every size (first_unit<0>): dealt, this kernel
+    // was 7-23% slower from 16 KiB to 1 MiB on 2 x H200 (every block with work
+    // pays a barrier, and dealing gives work to many more blocks).
+    const u64 first = first_unit<0>(a);
     const u64 stride = thread_stride();
     const u64 step = stride * UNROLL;
     const bool aligned = a.io_aligned != 0u;
@@ -67,7 +73,7 @@ __device__ __forceinline__ void pull_collective(const CollArgs& a) {
     }
 
     // 2. Barrier; 3. read every rank's half.
-    if (block_has_work<W>(a, packs) && block_barrier<W>(a, state.seq + 1u, CT_KERNEL_PULL, CT_PHASE_BARRIER_1)) {
+    if (block_has_work<0>(a, packs) && block_barrier<W>(a, state.seq + 1u, CT_KERNEL_PULL, CT_PHASE_BARRIER_1)) {
         for (u64 base = first; base < packs; base += step) {
             Pack v[UNROLL][SLOTS];
 #pragma unroll

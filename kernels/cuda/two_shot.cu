@@ -26,9 +26,10 @@
 //
 // Reuse of a half: this rank writes into a peer's half h only in phases 1 and 3
 // of a use of h; the peer read that half for the previous use of h before it
-// signalled any barrier of the use in between, which this rank passed (same
-// block), or — when grids differ — before it started that use's kernel, which
-// this rank's previous kernel waited for (see pull.cu).
+// started its kernel of the use in between, whose barrier this rank's block
+// passed, or — when that block had no work — which this rank's previous kernel
+// waited for through block 0 (see pull.cu). Neither needs the same thread to
+// own the same units in both uses.
 
 template <int W, typename E>
 __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {

@@ -18,12 +18,14 @@ pub const DEFAULT_LOOPBACK_BLOCKS: u32 = 32;
 /// its build allows, 1024 for a world of two and 512 otherwise. Measured on
 /// 2 x H200 (NVLink), bf16 all-reduce, NCCL in the same run: blocks of 1024
 /// threads taking one pack per step beat blocks of 512 taking four, two or
-/// one for the fastest algorithm at every size from 2 MiB to 32 MiB
+/// one for the fastest algorithm at every size from 2 MiB to 16 MiB
 /// (`two_shot_push` 8 MiB 26.8 µs against 29.3, 16 MiB 52.8 against 55.9;
-/// blocks of 256 were slower still); at 1 MiB 512 x 1 was 0.2 µs faster and
-/// at 64 MiB `two_shot_pull` about 1% slower (0.83x NCCL against 0.82x). More warps per SM keep more stores in
-/// flight while others wait for their data. Larger worlds keep 512: their
-/// builds spill at 1024, and the larger block was not measured on 4 or 8 GPUs.
+/// blocks of 256 were slower still) and was within 0.4% of the fastest at
+/// 32 MiB; at 1 MiB 512 x 1 was 0.2 µs faster, and at 64 MiB `two_shot_pull`
+/// was about 1% slower than with 512 x 4 and 1.6% slower than with 1024 x 2. More warps per SM keep more stores in
+/// flight while others wait for their data. Larger worlds keep 512: the
+/// world-size-4, -8 and generic builds spill registers at 1024, and the larger
+/// block was not measured on 4 or 8 GPUs.
 pub const fn default_threads(world: usize) -> u32 {
     max_threads(world)
 }

@@ -31,7 +31,7 @@ pub const MAX_WORLD: usize = 8;
 pub const MAX_BLOCKS: u32 = 256;
 /// Largest block of the world-size-2 build (its `__launch_bounds__`, which
 /// caps registers at 64 per thread; with one pack per thread per step its
-/// kernels need 44 at most).
+/// kernels fit without spilling, which the compile test checks).
 pub const MAX_THREADS_WORLD_2: u32 = 1024;
 /// Largest block of every other build (`__launch_bounds__`, which caps
 /// registers at 128 per thread). At 1024 the `two_shot_push` kernels of the
@@ -47,6 +47,12 @@ pub const fn max_threads(world: usize) -> u32 {
         MAX_THREADS
     }
 }
+/// The world size whose build deals warps to blocks (prims.cu, `first_unit`).
+pub const DEAL_WORLD: usize = 2;
+/// Smallest per-rank message whose threads are dealt warp by warp.
+pub const DEAL_MIN_BYTES: u64 = 8 * 1024;
+/// Per-rank messages from this size on are numbered block by block again.
+pub const DEAL_MAX_BYTES: u64 = 8 * 1024 * 1024;
 /// The custom kernels move 16-byte vectors.
 pub const PACK_BYTES: u64 = 16;
 /// The Lamport "not arrived yet" word: f32 -0.0.
@@ -141,8 +147,11 @@ pub const FAULT_TIMEOUT: u32 = 1;
 
 /// The `#define`s the CUDA sources are compiled with.
 pub fn cuda_prelude() -> String {
-    let defines: [(&str, String); 16] = [
+    let defines: [(&str, String); 19] = [
         ("CT_MAX_WORLD", MAX_WORLD.to_string()),
+        ("CT_DEAL_WORLD", DEAL_WORLD.to_string()),
+        ("CT_DEAL_MIN_BYTES", format!("{DEAL_MIN_BYTES}ull")),
+        ("CT_DEAL_MAX_BYTES", format!("{DEAL_MAX_BYTES}ull")),
         ("CT_MAX_BLOCKS", MAX_BLOCKS.to_string()),
         ("CT_SENTINEL", format!("{SENTINEL:#010x}u")),
         ("CT_CTRL_ERROR", ctrl::ERROR.to_string()),

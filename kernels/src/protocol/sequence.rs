@@ -2,7 +2,7 @@
 //! host never runs these during a call (replays need no host work); they exist
 //! to state the rules once, to test them, and to drive the model checker.
 
-use super::PUSH_BUFFERS;
+use super::{DEAL_MAX_BYTES, DEAL_MIN_BYTES, DEAL_WORLD, PUSH_BUFFERS};
 
 /// Push buffer used by the call after one that used `phase`.
 pub const fn next_push_phase(phase: u32) -> u32 {
@@ -51,10 +51,44 @@ pub const fn shard_range(packs: u64, world: u64, s: u64) -> (u64, u64) {
     (start, end)
 }
 
+/// Whether a kernel that may deal (all but one_shot_pull and the reference)
+/// deals its warps to blocks in turn for a call of `bytes` per rank in a world
+/// of `world` (prims.cu, `deals_warps`).
+pub const fn deals_warps(world: usize, bytes: u64) -> bool {
+    world == DEAL_WORLD && bytes >= DEAL_MIN_BYTES && bytes < DEAL_MAX_BYTES
+}
+
+/// The number of thread `thread` of block `block` in a grid of `blocks` x
+/// `threads` (prims.cu, `first_unit`): block by block, or, `dealt`, warp w of
+/// block b is warp w x blocks + b. Unit j of a call belongs to the thread
+/// numbered j mod (blocks x threads).
+pub const fn thread_number(block: u32, thread: u32, blocks: u32, threads: u32, dealt: bool) -> u64 {
+    if dealt {
+        ((thread / 32) as u64 * blocks as u64 + block as u64) * 32 + (thread % 32) as u64
+    } else {
+        block as u64 * threads as u64 + thread as u64
+    }
+}
+
+/// The lowest thread number of block `block` (prims.cu, `block_has_work`: the
+/// block has work when this is below the call's units).
+pub const fn lowest_number(block: u32, threads: u32, dealt: bool) -> u64 {
+    if dealt {
+        block as u64 * 32
+    } else {
+        block as u64 * threads as u64
+    }
+}
+
 /// The block that owns unit `j` of a chunk (or shard) in a grid of `blocks` x
-/// `threads`: the kernels' grid-stride loops give unit j to thread j mod stride.
-pub const fn owner_block(j: u64, blocks: u32, threads: u32) -> u32 {
-    ((j % (blocks as u64 * threads as u64)) / threads as u64) as u32
+/// `threads`, numbered as [`thread_number`] says.
+pub const fn owner_block(j: u64, blocks: u32, threads: u32, dealt: bool) -> u32 {
+    let number = j % (blocks as u64 * threads as u64);
+    if dealt {
+        ((number / 32) % blocks as u64) as u32
+    } else {
+        (number / threads as u64) as u32
+    }
 }
 
 #[cfg(test)]
@@ -139,13 +173,97 @@ mod tests {
         // which is what lets the pull kernels synchronise block by block.
         let (blocks, threads) = (3u32, 4u32);
         for j in 0..50u64 {
-            let b = owner_block(j, blocks, threads);
+            let b = owner_block(j, blocks, threads, false);
             assert!(b < blocks);
-            assert_eq!(b, owner_block(j + 12 * 7, blocks, threads));
+            assert_eq!(b, owner_block(j + 12 * 7, blocks, threads, false));
         }
-        assert_eq!(owner_block(0, blocks, threads), 0);
-        assert_eq!(owner_block(4, blocks, threads), 1);
-        assert_eq!(owner_block(11, blocks, threads), 2);
-        assert_eq!(owner_block(12, blocks, threads), 0);
+        assert_eq!(owner_block(0, blocks, threads, false), 0);
+        assert_eq!(owner_block(4, blocks, threads, false), 1);
+        assert_eq!(owner_block(11, blocks, threads, false), 2);
+        assert_eq!(owner_block(12, blocks, threads, false), 0);
+        // Dealt: 32 consecutive units per warp, warps to blocks in turn.
+        let (blocks, threads) = (3u32, 64u32);
+        assert_eq!(owner_block(31, blocks, threads, true), 0);
+        assert_eq!(owner_block(32, blocks, threads, true), 1);
+        assert_eq!(owner_block(95, blocks, threads, true), 2);
+        assert_eq!(owner_block(96, blocks, threads, true), 0);
+        assert_eq!(owner_block(96 + 192 * 5, blocks, threads, true), 0);
+    }
+
+    /// Every (block, thread) of the grid, numbered.
+    fn numbers(blocks: u32, threads: u32, dealt: bool) -> Vec<(u64, u32)> {
+        let mut all = Vec::new();
+        for block in 0..blocks {
+            for thread in 0..threads {
+                all.push((thread_number(block, thread, blocks, threads, dealt), block));
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn both_numberings_number_every_thread_once() {
+        for (blocks, threads) in [
+            (1, 32),
+            (3, 64),
+            (7, 96),
+            (132, 1024),
+            (132, 512),
+            (32, 1024),
+        ] {
+            for dealt in [false, true] {
+                let mut seen: Vec<u64> = numbers(blocks, threads, dealt)
+                    .iter()
+                    .map(|n| n.0)
+                    .collect();
+                seen.sort_unstable();
+                let expected: Vec<u64> = (0..blocks as u64 * threads as u64).collect();
+                assert_eq!(seen, expected, "{blocks} x {threads}, dealt {dealt}");
+            }
+        }
+    }
+
+    #[test]
+    fn owner_block_and_lowest_number_agree_with_the_numbering() {
+        for (blocks, threads) in [(3, 64), (5, 96), (132, 1024)] {
+            for dealt in [false, true] {
+                let all = numbers(blocks, threads, dealt);
+                for &(number, block) in &all {
+                    assert_eq!(owner_block(number, blocks, threads, dealt), block);
+                }
+                for block in 0..blocks {
+                    let lowest = all.iter().filter(|n| n.1 == block).map(|n| n.0).min();
+                    assert_eq!(lowest, Some(lowest_number(block, threads, dealt)));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_warp_takes_32_consecutive_units_in_both_numberings() {
+        let (blocks, threads) = (5u32, 128u32);
+        for dealt in [false, true] {
+            for block in 0..blocks {
+                for warp in 0..threads / 32 {
+                    let first = thread_number(block, warp * 32, blocks, threads, dealt);
+                    assert_eq!(first % 32, 0);
+                    for lane in 0..32 {
+                        let n = thread_number(block, warp * 32 + lane, blocks, threads, dealt);
+                        assert_eq!(n, first + lane as u64);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_world_of_two_deals_and_only_between_the_bounds() {
+        assert!(!deals_warps(2, DEAL_MIN_BYTES - 16));
+        assert!(deals_warps(2, DEAL_MIN_BYTES));
+        assert!(deals_warps(2, DEAL_MAX_BYTES - 16));
+        assert!(!deals_warps(2, DEAL_MAX_BYTES));
+        for world in [1, 3, 4, 8] {
+            assert!(!deals_warps(world, 64 * 1024), "{world}");
+        }
     }
 }
