@@ -73,7 +73,7 @@ impl LaunchShape {
     }
 
     /// The default shape for a world of `world` ranks, `ranks_per_gpu` of
-    /// which share each GPU: blocks of [`default_threads`]`(world)`; when ranks
+    /// which share each GPU: blocks of `default_threads(world)`; when ranks
     /// share a GPU its SMs are split between them (at most
     /// `DEFAULT_LOOPBACK_BLOCKS`, 32, each); a rank with a GPU of its own uses
     /// one block per SM, which large messages need to keep enough NVLink
