@@ -141,14 +141,15 @@ __device__ __forceinline__ void save_pull_state(u32* ctrl, const CallState& s, u
 // A warp takes 32 consecutive units either way (512 contiguous bytes of packs).
 // Measured on 2 x H200 (bf16, graph mode, two runs of each, NCCL in the same
 // process), for the fastest algorithm: dealing was 4.7-10% faster from 16 KiB
-// to 256 KiB, 1-4% up to 1 MiB, 1-5% slower at 1-8 KiB of output, and up to 1.6%
-// slower at 8 MiB per rank and above. So the world-size-2 build
-// (CT_DEAL_WORLD) deals calls of CT_DEAL_MIN_BYTES up to CT_DEAL_MAX_BYTES per
-// rank; other calls, and other world sizes (not measured), number block by
-// block, and so does one_shot_pull (pull.cu says why). The choice depends only
-// on the kernel and the call's bytes, which every rank passes alike, so thread
-// t of every rank takes the same units; it may change between calls, since a
-// rank's kernel ends before its next one starts.
+// to 256 KiB of output (all-gather at 16 KiB: 1%), 1-4% up to 1 MiB, within
+// 1.3% from 2 to 32 MiB, 1-5.5% slower at 1-4 KiB (all-gather up to 8 KiB), and
+// 1.6% slower at 64 MiB (two_shot_pull) and 1.4% at 16 MiB of all-gather
+// (one_shot_pull). So the world-size-2 build (CT_DEAL_WORLD) deals calls of
+// CT_DEAL_MIN_BYTES up to CT_DEAL_MAX_BYTES per rank; other calls, and other
+// world sizes (not measured), number block by block. The choice depends only
+// on the call's bytes, which every rank passes alike, so thread t of every
+// rank takes the same units; it may change between calls, since a rank's
+// kernel ends before its next one starts.
 template <int W>
 __device__ __forceinline__ bool deals_warps(const CollArgs& a) {
     return W == CT_DEAL_WORLD && a.bytes >= CT_DEAL_MIN_BYTES && a.bytes < CT_DEAL_MAX_BYTES;

@@ -46,10 +46,12 @@ __device__ __forceinline__ void pull_collective(const CollArgs& a) {
     const u32 world = World<W>::size(a);
     const u64 half = (state.use & 1u) * a.staging_bytes;
     const u64 packs = a.bytes / 16u;
-    // Numbered block by block at every size (first_unit<0>): dealt, this kernel
-    // was 7-23% slower from 16 KiB to 1 MiB on 2 x H200 (every block with work
-    // pays a barrier, and dealing gives work to many more blocks).
-    const u64 first = first_unit<0>(a);
+    // Dealt like the others (first_unit<W>), although this kernel alone lost
+    // by it from 16 KiB to 1 MiB on 2 x H200 (7-23%: every block with work
+    // pays a barrier, and dealing gives work to many more blocks); it gained
+    // 3-5% from 1 to 4 MiB per rank, where the tables pick it for all-gather,
+    // and one_shot_push is far faster below 1 MiB.
+    const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
     const u64 step = stride * UNROLL;
     const bool aligned = a.io_aligned != 0u;
@@ -73,7 +75,7 @@ __device__ __forceinline__ void pull_collective(const CollArgs& a) {
     }
 
     // 2. Barrier; 3. read every rank's half.
-    if (block_has_work<0>(a, packs) && block_barrier<W>(a, state.seq + 1u, CT_KERNEL_PULL, CT_PHASE_BARRIER_1)) {
+    if (block_has_work<W>(a, packs) && block_barrier<W>(a, state.seq + 1u, CT_KERNEL_PULL, CT_PHASE_BARRIER_1)) {
         for (u64 base = first; base < packs; base += step) {
             Pack v[UNROLL][SLOTS];
 #pragma unroll

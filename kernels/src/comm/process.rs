@@ -41,7 +41,7 @@ use crate::ipc::IpcHandle;
 use crate::module::{self, KernelSet};
 use crate::nccl::{NcclComm, NcclId};
 use crate::protocol::digest::{Digest, check_agreement};
-use crate::protocol::launch::LaunchShape;
+use crate::protocol::launch::{LaunchShape, Placement};
 use crate::protocol::layout::{BufferPlan, Capacities};
 use crate::protocol::reach::{self, Decision};
 use crate::protocol::registry;
@@ -517,12 +517,14 @@ fn prepare(
         _ => {}
     }
     let link = decision.link;
-    let shape = launch_shape(
-        options,
-        world,
-        decision.ranks_per_gpu,
-        identity::min_sms(hellos)?,
-    )?;
+    let placement = if decision.ranks_per_gpu > 1 {
+        Placement::Shared {
+            ranks_per_gpu: decision.ranks_per_gpu,
+        }
+    } else {
+        Placement::OwnGpus
+    };
+    let shape = launch_shape(options, world, placement, identity::min_sms(hellos)?)?;
     let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
     let plan = if custom {
         BufferPlan::new(&caps, world, fallback == Fallback::LoopbackReference)

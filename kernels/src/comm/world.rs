@@ -14,7 +14,7 @@ use crate::module::{self, KernelSet};
 use crate::nccl::NcclComm;
 use crate::peer;
 use crate::protocol::MAX_WORLD;
-use crate::protocol::launch::LaunchShape;
+use crate::protocol::launch::{LaunchShape, Placement};
 use crate::protocol::layout::{BufferPlan, Capacities};
 use crate::selection::{self, Selector};
 use crate::vocab::{Arch, Link};
@@ -42,7 +42,10 @@ impl World {
         ffi::require_nvrtc()?;
         check_world_size(world_size)?;
         let arch = arch_of(&ctx)?;
-        let shape = launch_shape(&options, world_size, world_size, sm_count(&ctx)?)?;
+        let placement = Placement::Shared {
+            ranks_per_gpu: world_size,
+        };
+        let shape = launch_shape(&options, world_size, placement, sm_count(&ctx)?)?;
         let link = Link::Loopback;
         let fallback = if world_size == 1 {
             Fallback::Nccl
@@ -135,7 +138,7 @@ impl World {
         for ctx in &contexts {
             sms = sms.min(sm_count(ctx)?);
         }
-        let shape = launch_shape(&options, world_size, 1, sms)?;
+        let shape = launch_shape(&options, world_size, Placement::OwnGpus, sms)?;
         let topology = peer::connect(&contexts)?;
         // One GPU has no link: `connect` calls that world `Loopback`.
         let link = topology.link;
@@ -256,21 +259,21 @@ pub(crate) fn check_world_size(world_size: usize) -> Result<()> {
     }
 }
 
-/// The launch shape of a world of `world_size` ranks, `ranks_per_gpu` of which
-/// share each GPU (the block size follows the world's build, the block count
-/// the GPU's sharing): the defaults, overridden by `options`, then checked.
+/// The launch shape of a world of `world_size` ranks placed as `placement`
+/// says (the block size follows the world's build, the block count the
+/// placement): the defaults, overridden by `options`, then checked.
 pub(crate) fn launch_shape(
     options: &Options,
     world_size: usize,
-    ranks_per_gpu: usize,
+    placement: Placement,
     sms: u32,
 ) -> Result<LaunchShape> {
-    let default = LaunchShape::default_for(world_size, ranks_per_gpu, sms);
+    let default = LaunchShape::default_for(world_size, placement, sms);
     LaunchShape {
         threads: options.threads.unwrap_or(default.threads),
         max_blocks: options.blocks.unwrap_or(default.max_blocks),
     }
-    .validate(world_size, ranks_per_gpu, sms)
+    .validate(world_size, placement, sms)
     .map_err(Error::Unsupported)
 }
 

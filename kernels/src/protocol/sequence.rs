@@ -51,8 +51,7 @@ pub const fn shard_range(packs: u64, world: u64, s: u64) -> (u64, u64) {
     (start, end)
 }
 
-/// Whether a kernel that may deal (all but one_shot_pull and the reference)
-/// deals its warps to blocks in turn for a call of `bytes` per rank in a world
+/// Whether a custom kernel (the reference kernels never do) deals its warps to blocks in turn for a call of `bytes` per rank in a world
 /// of `world` (prims.cu, `deals_warps`).
 pub const fn deals_warps(world: usize, bytes: u64) -> bool {
     world == DEAL_WORLD && bytes >= DEAL_MIN_BYTES && bytes < DEAL_MAX_BYTES
