@@ -30,6 +30,8 @@ struct CollArgs {
     u64 slot_bytes;               // stride between push slots
     u64 staging_bytes;            // bytes of one staging half
     u64 timeout_ns;               // bound on every wait
+    u64 call_sig;                 // what this call is (protocol::signature): compared with peers'
+    u64 host_fault;               // this rank's fault words in host memory (device address)
     u32 rank;
     u32 world;
     u32 io_aligned;               // input and output are 16-byte aligned
@@ -241,7 +243,7 @@ __device__ __forceinline__ Pack sentinel_pack() {
 }
 
 // ---------------------------------------------------------------------------
-// Control block, errors, bounded waits
+// Control block, faults, bounded waits
 // ---------------------------------------------------------------------------
 
 __device__ __forceinline__ u32* ctrl_of(const CollArgs& a, u32 rank) { return (u32*)a.ctrls[rank]; }
@@ -249,13 +251,45 @@ __device__ __forceinline__ u32* ctrl_of(const CollArgs& a, u32 rank) { return (u
 // A 64-bit counter of the control block (word offset `word`, 8-byte aligned).
 __device__ __forceinline__ u64* ctrl_u64(u32* ctrl, u32 word) { return (u64*)(ctrl + word); }
 
-// The first failure of a rank wins; the host decodes both words in `check()`.
-__device__ __noinline__ void report_timeout(u32* ctrl, u32 kernel, u32 phase, u32 peer) {
-    const u32 code = CT_ERR_TIMEOUT | (kernel << 8) | (phase << 16);
+__device__ __forceinline__ void st_u32_relaxed_sys(u32* p, u32 v) {
+    asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_u64_relaxed_sys(u64* p, u64 v) {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Records this rank's first fault. The error word of the control block (device
+// memory) poisons every later kernel of the rank; the host's copy (pinned host
+// memory, `host_fault`) is what the host reads before every call, so a fault is
+// known there within nanoseconds of it being written, without a copy or a
+// synchronisation. The host words are written details first, error word last,
+// with a system fence between: a host that sees the error word sees the rest.
+// `mine`/`theirs` are the two call signatures of a mismatch (0 otherwise).
+// Not inlined (it is the cold path), and it takes scalars: a reference to the
+// kernel's argument block would make every kernel copy it to local memory.
+__device__ __noinline__ void report_fault_words(u32* ctrl, u32* host, u32 code, u32 info, u64 mine, u64 theirs) {
     if (atomicCAS(ctrl + CT_CTRL_ERROR, 0u, code) == 0u) {
-        ctrl[CT_CTRL_ERROR_INFO] = (peer & 0xffu) | (blockIdx.x << 8);
+        ctrl[CT_CTRL_ERROR_INFO] = info;
+        if (host != nullptr) {
+            st_u32_relaxed_sys(host + CT_HOST_INFO, info);
+            st_u64_relaxed_sys((u64*)(host + CT_HOST_MINE), mine);
+            st_u64_relaxed_sys((u64*)(host + CT_HOST_THEIRS), theirs);
+            __threadfence_system();
+            st_u32_relaxed_sys(host + CT_HOST_ERROR, code);
+        }
     }
     __threadfence_system();
+}
+
+__device__ __forceinline__ void report_fault(const CollArgs& a, u32 kind, u32 kernel, u32 phase, u32 peer,
+                                             u64 mine, u64 theirs) {
+    report_fault_words(ctrl_of(a, a.rank), (u32*)a.host_fault, kind | (kernel << 8) | (phase << 16),
+                       (peer & 0xffu) | (blockIdx.x << 8), mine, theirs);
+}
+
+__device__ __forceinline__ void report_timeout(const CollArgs& a, u32 kernel, u32 phase, u32 peer) {
+    report_fault(a, CT_ERR_TIMEOUT, kernel, phase, peer, 0ull, 0ull);
 }
 
 // Measures one wait. The clock is only read once the wait has spun a while, so a
@@ -265,14 +299,33 @@ struct Deadline {
     u64 timeout;
     u32 spins;
     __device__ __forceinline__ explicit Deadline(u64 timeout_ns) : start(0), timeout(timeout_ns), spins(0) {}
-    __device__ __forceinline__ bool expired() {
+
+    // Whether a wait for `peer` in `kernel`/`phase` must stop, checked every
+    // 64th spin once the wait has lasted that long. It must when this rank
+    // already failed (another block or thread recorded a fault: nothing to
+    // report), when the peer it waits for has failed (its error word is set:
+    // it will never send; reported as CT_ERR_PEER_FAILED), or when the bound
+    // passed (reported as a timeout). So one fault ends every wait of a rank
+    // and of its peers within microseconds, not after a timeout each. The
+    // report is the one call a wait makes, and only when it stops.
+    __device__ __forceinline__ bool must_stop(const CollArgs& a, u32 kernel, u32 phase, u32 peer) {
         if ((++spins & 63u) != 0u) return false;
         const u64 now = globaltimer_ns();
         if (start == 0) {
             start = now;
             return false;
         }
-        return now - start > timeout;
+        u32* ctrl = ctrl_of(a, a.rank);
+        if (ld_u32_sys(ctrl + CT_CTRL_ERROR) != 0u) return true;
+        u32 kind = 0u;
+        if (peer != a.rank && ld_u32_sys(ctrl_of(a, peer) + CT_CTRL_ERROR) != 0u)
+            kind = CT_ERR_PEER_FAILED;
+        else if (now - start > timeout)
+            kind = CT_ERR_TIMEOUT;
+        if (kind == 0u) return false;
+        report_fault_words(ctrl, (u32*)a.host_fault, kind | (kernel << 8) | (phase << 16),
+                           (peer & 0xffu) | (blockIdx.x << 8), 0ull, 0ull);
+        return true;
     }
 };
 

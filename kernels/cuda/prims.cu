@@ -73,7 +73,8 @@ __device__ __forceinline__ void dependent_launch_prologue() {
 // needs every kernel of a rank to launch the same grid, so that block b sees
 // every call (the host does: LaunchShape::grid).
 struct CallState {
-    u32 poisoned;       // an earlier call of this rank timed out
+    u32 poisoned;       // an earlier call of this rank failed
+    u32 calls;          // calls of this rank before this one (block 0's count is the handshake's)
     u32 push_phase;     // push buffer of this call, 0..2
     u32 push_used[3];   // bytes per slot the last call through each push buffer used
     u64 seq;            // last barrier value of the pull family
@@ -90,15 +91,20 @@ __device__ __forceinline__ u32* block_state(u32* ctrl) {
     return ctrl + CT_CTRL_STATE + blockIdx.x * CT_CTRL_STATE_WORDS;
 }
 
-__device__ __forceinline__ CallState begin_call(u32* ctrl) {
+// Returns the block's shared copy, so that the state's fields are read from
+// shared memory where they are used instead of being held in registers for the
+// whole kernel.
+__device__ __forceinline__ const CallState& begin_call(u32* ctrl) {
     __shared__ CallState s;
     if (threadIdx.x == 0) {
         const u32* state = block_state(ctrl);
         const u32 poisoned = ld_u32_sys(ctrl + CT_CTRL_ERROR);
         const Pack low = ld_pack_sys(state);
         const Pack high = ld_pack_sys(state + 4);
+        const u32 phase_word = low.w[CT_STATE_PUSH_PHASE];
         s.poisoned = poisoned;
-        s.push_phase = low.w[CT_STATE_PUSH_PHASE];
+        s.push_phase = phase_word & CT_STATE_PHASE_MASK;
+        s.calls = phase_word >> CT_STATE_CALLS_SHIFT;
         s.push_used[0] = low.w[CT_STATE_PUSH_USED + 0];
         s.push_used[1] = low.w[CT_STATE_PUSH_USED + 1];
         s.push_used[2] = low.w[CT_STATE_PUSH_USED + 2];
@@ -109,12 +115,15 @@ __device__ __forceinline__ CallState begin_call(u32* ctrl) {
     return s;
 }
 
+// The state word that holds the call count and the push phase.
+__device__ __forceinline__ u32 phase_word(u32 calls, u32 phase) { return (calls << CT_STATE_CALLS_SHIFT) | phase; }
+
 // The push state after a call of `bytes` per slot through buffer s.push_phase.
 __device__ __forceinline__ void save_push_state(u32* ctrl, const CallState& s, u64 bytes) {
     if (threadIdx.x != 0) return;
     u32* state = block_state(ctrl);
     state[CT_STATE_PUSH_USED + s.push_phase] = (u32)bytes;
-    state[CT_STATE_PUSH_PHASE] = (s.push_phase + 1u) % 3u;
+    state[CT_STATE_PUSH_PHASE] = phase_word(s.calls + 1u, (s.push_phase + 1u) % 3u);
 }
 
 // The pull-family state after a call that used `barriers` barrier values and
@@ -122,8 +131,40 @@ __device__ __forceinline__ void save_push_state(u32* ctrl, const CallState& s, u
 __device__ __forceinline__ void save_pull_state(u32* ctrl, const CallState& s, u64 barriers, u64 uses) {
     if (threadIdx.x != 0) return;
     u32* state = block_state(ctrl);
+    state[CT_STATE_PUSH_PHASE] = phase_word(s.calls + 1u, s.push_phase);
     *ctrl_u64(state, CT_STATE_PULL_SEQ) = s.seq + barriers;
     *ctrl_u64(state, CT_STATE_PULL_USE) = s.use + uses;
+}
+
+// ---------------------------------------------------------------------------
+// Outputs of failed calls
+// ---------------------------------------------------------------------------
+
+// Fills this thread's share (packs first, first + stride, ...) of the call's
+// output with all-ones bits, a NaN in every supported dtype. A call that
+// failed (or a later one, on a rank that had already failed) must not leave
+// stale values that look like results: the host returns an error for every
+// call it issues once it knows of the fault, and this covers the calls that
+// were already queued when the fault happened. A kernel of a poisoned rank
+// fills every thread's share, so the whole output; a thread that failed during
+// a call fills its own share, at least its own units of the first rank slot or
+// shard, which no other thread writes. Not inlined (the cold path) and on
+// scalars (see report_fault_words).
+__device__ __noinline__ void poison_bytes(char* out, u64 out_bytes, bool aligned, u64 first, u64 stride) {
+    if (aligned && out_bytes % 16u == 0u) {
+        Pack nan;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) nan.w[k] = 0xffffffffu;
+        for (u64 i = first; i < out_bytes / 16u; i += stride) st_pack(out + i * 16u, nan);
+    } else {
+        u16* halves = (u16*)out;
+        for (u64 i = first; i < out_bytes / 2u; i += stride) halves[i] = 0xffffu;
+    }
+}
+
+// The output of a call holds one share of `bytes` per rank when `gather`.
+__device__ __forceinline__ void poison_output(const CollArgs& a, bool gather, u64 first, u64 stride) {
+    poison_bytes((char*)a.output, gather ? (u64)a.world * a.bytes : a.bytes, a.io_aligned != 0u, first, stride);
 }
 
 // ---------------------------------------------------------------------------
@@ -197,14 +238,11 @@ __device__ __forceinline__ void lamport_push(char* dst, const Pack& v) { st_pack
 
 // Polls `src` until no 32-bit word of `v` is the sentinel. `v` holds the first
 // read already (issued with the other packs of the step, so they were all in
-// flight together). False after reporting a timeout.
-__device__ __forceinline__ bool lamport_wait(Pack& v, const char* src, Deadline& deadline, u32* ctrl, u32 peer,
-                                             u32 kernel = CT_KERNEL_PUSH) {
+// flight together). False once the wait must stop (Deadline::must_stop).
+__device__ __forceinline__ bool lamport_wait(Pack& v, const char* src, Deadline& deadline, const CollArgs& a,
+                                             u32 peer, u32 kernel) {
     while (has_sentinel(v)) {
-        if (deadline.expired()) {
-            report_timeout(ctrl, kernel, CT_PHASE_DATA, peer);
-            return false;
-        }
+        if (deadline.must_stop(a, kernel, CT_PHASE_DATA, peer)) return false;
         v = ld_pack_sys(src);
     }
     return true;
@@ -214,6 +252,93 @@ __device__ __forceinline__ bool lamport_wait(Pack& v, const char* src, Deadline&
 __device__ __forceinline__ void lamport_rearm(char* slot, u64 packs, u64 first, u64 stride) {
     const Pack armed = sentinel_pack();
     for (u64 i = first; i < packs; i += stride) st_pack(slot + i * 16u, armed);
+}
+
+// ---------------------------------------------------------------------------
+// Call handshake: every rank makes the same call in the same slot
+// ---------------------------------------------------------------------------
+
+// Ranks must issue the same sequence of collectives (collective, algorithm,
+// dtype, size). A rank that does not would otherwise read a peer's data as if
+// it were its own call's (garbage), or wait for data that never comes (a bare
+// timeout). So block 0 of every call (block 0 always has work) tells each peer
+// what it is calling, and checks what each peer calls in the same slot: one
+// thread per peer stores this rank's mailbox value into slot `rank` of the
+// peer's mailbox and checks the peer's slot of its own. In the barrier
+// algorithms that is barrier thread t, for peer t, inside the first barrier;
+// in the Lamport algorithms it is one of block 0's last `world` threads,
+// which small messages give no data (so no data waits behind the check), and
+// it checks before any wait for data.
+//
+// A mailbox value is the call signature the host computed (protocol::
+// signature: algorithm, collective, dtype, bytes, with a bit that makes it
+// non-zero) with the low 8 bits of block 0's call count on top. Peers are
+// never more than one call apart in block 0 (a rank's block 0 finishes call
+// k only after seeing every peer's value of call k), so 8 bits tell the
+// previous, the same and the next call apart: an older value has not arrived
+// yet; a newer one means the peer finished this call, which it could only do
+// after checking this rank's value of it, so the two were equal.
+
+/// No peer: this thread takes no part in the handshake.
+#define CT_NO_PEER 0xffffffffu
+
+__device__ __forceinline__ u64 mailbox_value(const CollArgs& a, u32 calls) {
+    return ((u64)(calls & 0xffu) << 56) | a.call_sig;
+}
+
+// Rank `owner`'s mailbox slot written by rank `source`.
+__device__ __forceinline__ u64* mailbox_slot(const CollArgs& a, u32 owner, u32 source) {
+    return ctrl_u64(ctrl_of(a, owner), CT_CTRL_MAILBOX) + source;
+}
+
+// The peer this thread handshakes with in a Lamport algorithm: thread
+// blockDim - world + p of block 0 takes peer p (every block has at least
+// CT_MAX_WORLD threads: protocol::launch). CT_NO_PEER for every other thread.
+template <int W>
+__device__ __forceinline__ u32 lamport_handshake_peer(const CollArgs& a) {
+    const u32 world = World<W>::size(a);
+    if (blockIdx.x != 0 || world < 2u || threadIdx.x < blockDim.x - world) return CT_NO_PEER;
+    const u32 peer = threadIdx.x - (blockDim.x - world);
+    return peer == a.rank ? CT_NO_PEER : peer;
+}
+
+__device__ __forceinline__ void handshake_send(const CollArgs& a, u32 peer, u32 calls) {
+    st_u64_relaxed_sys(mailbox_slot(a, peer, a.rank), mailbox_value(a, calls));
+}
+
+__device__ __forceinline__ u64 handshake_peek(const CollArgs& a, u32 peer) {
+    return ld_u64_relaxed_sys(mailbox_slot(a, a.rank, peer));
+}
+
+// -1: the peer's value of this call has not arrived; 0: agreed (or the peer
+// is past this call); 1: the peer made another call in this slot.
+__device__ __forceinline__ int handshake_compare(u64 seen, u64 mine) {
+    if ((seen & CT_SIG_VALID) == 0ull) return -1;
+    const int ahead = (int)(signed char)(unsigned char)((seen >> 56) - (mine >> 56));
+    if (ahead < 0) return -1;
+    if (ahead > 0) return 0;
+    return seen == mine ? 0 : 1;
+}
+
+// Reports a mismatch with `peer`; false.
+__device__ __forceinline__ bool handshake_mismatch(const CollArgs& a, u32 peer, u32 kernel, u64 seen) {
+    report_fault(a, CT_ERR_MISMATCH, kernel, CT_PHASE_HANDSHAKE, peer, a.call_sig, seen & CT_SIG_MASK);
+    return false;
+}
+
+// Waits (bounded) until `peer`'s value of this call has arrived and checks
+// it. `seen` is a first read. False once the call must stop (a mismatch,
+// reported, or Deadline::must_stop).
+__device__ __forceinline__ bool handshake_check(const CollArgs& a, u32 peer, u32 calls, u32 kernel, u64 seen) {
+    const u64 mine = mailbox_value(a, calls);
+    Deadline deadline(a.timeout_ns);
+    for (;;) {
+        const int verdict = handshake_compare(seen, mine);
+        if (verdict == 0) return true;
+        if (verdict > 0) return handshake_mismatch(a, peer, kernel, seen);
+        if (deadline.must_stop(a, kernel, CT_PHASE_HANDSHAKE, peer)) return false;
+        seen = handshake_peek(a, peer);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -238,27 +363,51 @@ __device__ __forceinline__ u64* barrier_flag(const CollArgs& a, u32 owner, u32 b
 //
 // Flag values come from a 64-bit counter that only increases, so flags are never
 // reset and a fast peer that already signalled a later barrier still satisfies
-// this one (flag_reached). Returns false in every thread of the block if any
-// wait timed out.
+// this one (flag_reached).
+//
+// `handshake` (block 0's first barrier of a call, `calls` its count): thread t
+// also sends this call's mailbox value before its flag (so the flag's release
+// publishes it) and checks the peer's while it spins, reading both with one
+// round of loads: a mismatch is seen even when the peer, making another kind of
+// call, never signals this barrier. Returns false in every thread of the block
+// if the call must stop.
 template <int W>
-__device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 kernel, u32 phase) {
+__device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 kernel, u32 phase,
+                                              bool handshake = false, u32 calls = 0u) {
     __syncthreads();
     bool ok = true;
     const u32 t = threadIdx.x;
     if (t < World<W>::size(a)) {
+        const bool shake = handshake && t != a.rank;
+        if (shake) handshake_send(a, t, calls);
         st_u64_release_sys(barrier_flag(a, t, blockIdx.x, a.rank), value);
         const u64* mine = barrier_flag(a, a.rank, blockIdx.x, t);
-        if (!flag_reached(ld_u64_relaxed_sys(mine), value)) {
-            Deadline deadline(a.timeout_ns);
-            while (!flag_reached(ld_u64_relaxed_sys(mine), value)) {
-                if (deadline.expired()) {
-                    report_timeout(ctrl_of(a, a.rank), kernel, phase, t);
-                    ok = false;
+        const u64 sig = mailbox_value(a, calls);
+        bool agreed = !shake;
+        Deadline deadline(a.timeout_ns);
+        for (;;) {
+            const u64 flag = ld_u64_relaxed_sys(mine);
+            if (!agreed) {
+                const u64 seen = handshake_peek(a, t);
+                const int verdict = handshake_compare(seen, sig);
+                if (verdict > 0) {
+                    ok = handshake_mismatch(a, t, kernel, seen);
                     break;
                 }
+                agreed = verdict == 0;
+            }
+            if (flag_reached(flag, value)) break;
+            if (deadline.must_stop(a, kernel, phase, t)) {
+                ok = false;
+                break;
             }
         }
-        if (ok) (void)ld_u64_acquire_sys(mine);
+        if (ok) {
+            (void)ld_u64_acquire_sys(mine);
+            // The peer's mailbox value was stored before its flag: after the
+            // acquire it is there (or a later one).
+            if (!agreed) ok = handshake_check(a, t, calls, kernel, handshake_peek(a, t));
+        }
     }
     return __syncthreads_and(ok) != 0;
 }

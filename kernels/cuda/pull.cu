@@ -39,20 +39,20 @@ __device__ __forceinline__ void pull_collective(const CollArgs& a) {
     const int SLOTS = World<W>::SLOTS;
     const int UNROLL = World<W>::UNROLL;
     u32* ctrl = ctrl_of(a, a.rank);
-    const CallState state = begin_call(ctrl);
-    if (state.poisoned) return;
+    // Dealt like the others (first_unit<W>; kernels/GPU.md has the A/B of
+    // dealing for this kernel, which pays a barrier in every block with work).
+    const u64 first = first_unit<W>(a);
+    const u64 stride = thread_stride();
+    const CallState& state = begin_call(ctrl);
+    if (state.poisoned) {
+        poison_output(a, !REDUCE, first, stride);
+        return;
+    }
     save_pull_state(ctrl, state, 1u, 1u);
 
     const u32 world = World<W>::size(a);
     const u64 half = (state.use & 1u) * a.staging_bytes;
     const u64 packs = a.bytes / 16u;
-    // Dealt like the others (first_unit<W>), although this kernel alone lost
-    // by it from 16 KiB to 1 MiB on 2 x H200 (7-23%: every block with work
-    // pays a barrier, and dealing gives work to many more blocks); it gained
-    // 3-5% from 1 to 4 MiB per rank, where the tables pick it for all-gather,
-    // and one_shot_push is far faster below 1 MiB.
-    const u64 first = first_unit<W>(a);
-    const u64 stride = thread_stride();
     const u64 step = stride * UNROLL;
     const bool aligned = a.io_aligned != 0u;
     const char* in = (const char*)a.input;
@@ -74,33 +74,35 @@ __device__ __forceinline__ void pull_collective(const CollArgs& a) {
         }
     }
 
-    // 2. Barrier; 3. read every rank's half.
-    if (block_has_work<W>(a, packs) && block_barrier<W>(a, state.seq + 1u, CT_KERNEL_PULL, CT_PHASE_BARRIER_1)) {
-        for (u64 base = first; base < packs; base += step) {
-            Pack v[UNROLL][SLOTS];
+    // 2. Barrier (block 0: with the call handshake); 3. read every rank's half.
+    if (!block_has_work<W>(a, packs)) return;
+    if (!block_barrier<W>(a, state.seq + 1u, CT_KERNEL_PULL, CT_PHASE_BARRIER_1, blockIdx.x == 0, state.calls)) {
+        poison_output(a, !REDUCE, first, stride);
+        return;
+    }
+    for (u64 base = first; base < packs; base += step) {
+        Pack v[UNROLL][SLOTS];
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const u64 i = base + u * stride;
-                if (i >= packs) continue;
+        for (int u = 0; u < UNROLL; ++u) {
+            const u64 i = base + u * stride;
+            if (i >= packs) continue;
+#pragma unroll
+            for (int p = 0; p < SLOTS; ++p)
+                if ((u32)p < world) v[u][p] = ld_pack_sys((const char*)a.staging[p] + half + i * 16u);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const u64 i = base + u * stride;
+            if (i >= packs) continue;
+            if (REDUCE) {
+                st_io(out + i * 16u, reduce_ranks<E, SLOTS>(v[u], world), aligned);
+            } else {
 #pragma unroll
                 for (int p = 0; p < SLOTS; ++p)
-                    if ((u32)p < world) v[u][p] = ld_pack_sys((const char*)a.staging[p] + half + i * 16u);
-            }
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const u64 i = base + u * stride;
-                if (i >= packs) continue;
-                if (REDUCE) {
-                    st_io(out + i * 16u, reduce_ranks<E, SLOTS>(v[u], world), aligned);
-                } else {
-#pragma unroll
-                    for (int p = 0; p < SLOTS; ++p)
-                        if ((u32)p < world) st_io(out + (u64)p * a.bytes + i * 16u, v[u][p], aligned);
-                }
+                    if ((u32)p < world) st_io(out + (u64)p * a.bytes + i * 16u, v[u][p], aligned);
             }
         }
     }
-
 }
 
 CT_KERNEL colltune_pull_all_reduce_bf16(const CollArgs a) { pull_collective<kWorld, Bf16, true>(a); }
@@ -127,15 +129,18 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
     typedef typename E::Bits Bits;
     const u64 unit = sizeof(Bits);
     u32* ctrl = ctrl_of(a, a.rank);
-    const CallState state = begin_call(ctrl);
-    if (state.poisoned) return;
+    const u64 first = first_unit<0>(a);
+    const u64 stride = thread_stride();
+    const CallState& state = begin_call(ctrl);
+    if (state.poisoned) {
+        poison_output(a, !REDUCE, first, stride);
+        return;
+    }
 
     const u32 world = a.world;
     const u64 units = a.bytes / unit;
     const u64 chunk_units = a.staging_bytes / unit;
     const u64 chunks = (units + chunk_units - 1u) / chunk_units;
-    const u64 first = first_unit<0>(a);
-    const u64 stride = thread_stride();
     const char* in = (const char*)a.input;
     char* out = (char*)a.output;
     save_pull_state(ctrl, state, chunks, chunks);
@@ -150,7 +155,12 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
             *(Bits*)(my_stage + j * unit) = *(const Bits*)(in + (base + j) * unit);
 
         if (!block_has_work<0>(a, len)) continue;
-        if (!block_barrier<0>(a, state.seq + c + 1u, CT_KERNEL_REFERENCE, CT_PHASE_BARRIER_1)) break;
+        // Block 0's first chunk carries the call handshake.
+        if (!block_barrier<0>(a, state.seq + c + 1u, CT_KERNEL_REFERENCE, CT_PHASE_BARRIER_1,
+                              blockIdx.x == 0 && c == 0, state.calls)) {
+            poison_output(a, !REDUCE, first, stride);
+            break;
+        }
 
         for (u64 j = first; j < len; j += stride) {
             if (REDUCE) {

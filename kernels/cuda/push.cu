@@ -53,9 +53,14 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
         const u64 i = first + u * stride;
         if (i < packs) v[u] = without_sentinel(ld_io(in + i * 16u, aligned));
     }
-    const CallState state = begin_call(ctrl);
-    if (state.poisoned) return;
+    const CallState& state = begin_call(ctrl);
+    if (state.poisoned) {
+        poison_output(a, !REDUCE, first, stride);
+        return;
+    }
     save_push_state(ctrl, state, a.bytes);
+    // Block 0 tells every peer what it calls before its data goes out.
+    if (lamport_handshake_peer<W>(a) != CT_NO_PEER) handshake_send(a, lamport_handshake_peer<W>(a), state.calls);
 
     const u32 world = World<W>::size(a);
     const u32 rank = a.rank;
@@ -99,6 +104,10 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
     // 3. Receive: the same thread handles the same packs as in step 1.
     const char* mine = (const char*)a.push_bufs[rank] + (u64)phase * buffer_bytes;
     bool ok = true;
+    // The peer's call is checked before any wait for data: a peer making
+    // another call (another size, say) might never send the packs waited for.
+    const u32 shake = lamport_handshake_peer<W>(a);
+    if (shake != CT_NO_PEER) ok = handshake_check(a, shake, state.calls, CT_KERNEL_PUSH, handshake_peek(a, shake));
     for (u64 base = first; ok && base < packs; base += step) {
         Pack v[UNROLL][SLOTS];
 #pragma unroll
@@ -122,7 +131,7 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
 #pragma unroll
             for (int p = 0; p < SLOTS; ++p) {
                 if ((u32)p >= world || (u32)p == rank || !ok) continue;
-                ok = lamport_wait(v[u][p], mine + (u64)p * a.slot_bytes + i * 16u, deadline, ctrl, p);
+                ok = lamport_wait(v[u][p], mine + (u64)p * a.slot_bytes + i * 16u, deadline, a, p, CT_KERNEL_PUSH);
             }
         }
         if (!ok) break;
@@ -139,7 +148,7 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
             }
         }
     }
-
+    if (!ok) poison_output(a, !REDUCE, first, stride);
 }
 
 CT_KERNEL colltune_push_all_reduce_bf16(const CollArgs a) { push_collective<kWorld, Bf16, true>(a); }

@@ -37,8 +37,13 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
     const int SLOTS = World<W>::SLOTS;
     const int UNROLL = World<W>::UNROLL;
     u32* ctrl = ctrl_of(a, a.rank);
-    const CallState state = begin_call(ctrl);
-    if (state.poisoned) return;
+    const u64 first = first_unit<W>(a);
+    const u64 stride = thread_stride();
+    const CallState& state = begin_call(ctrl);
+    if (state.poisoned) {
+        poison_output(a, false, first, stride);
+        return;
+    }
     save_pull_state(ctrl, state, 2u, 1u);
 
     const u32 world = World<W>::size(a);
@@ -47,8 +52,6 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
     const u64 packs = a.bytes / 16u;
     const u64 shard = (packs + world - 1u) / world;
     const u64 area = (u64)world * shard * 16u;  // bytes of one area
-    const u64 first = first_unit<W>(a);
-    const u64 stride = thread_stride();
     const u64 step = stride * UNROLL;
     const bool aligned = a.io_aligned != 0u;
     const char* in = (const char*)a.input;
@@ -82,7 +85,10 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
     // A block with no packs has nothing to wait for (see block_has_work).
     if (!block_has_work<W>(a, shard)) return;
 
-    if (block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT, CT_PHASE_BARRIER_1)) {
+    // Barrier 1 (block 0: with the call handshake).
+    bool ok = block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT, CT_PHASE_BARRIER_1, blockIdx.x == 0,
+                               state.calls);
+    if (ok) {
         // 3. Reduce shard `rank`; send the sum to every peer.
         for (u64 base = first; base < shard; base += step) {
             Pack v[UNROLL][SLOTS];
@@ -114,7 +120,8 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
             }
         }
 
-        if (block_barrier<W>(a, state.seq + 2u, CT_KERNEL_TWO_SHOT, CT_PHASE_BARRIER_2)) {
+        ok = block_barrier<W>(a, state.seq + 2u, CT_KERNEL_TWO_SHOT, CT_PHASE_BARRIER_2);
+        if (ok) {
             // 5. Gather the other shards.
             for (u64 base = first; base < shard; base += step) {
                 Pack v[UNROLL][SLOTS];
@@ -141,6 +148,7 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
             }
         }
     }
+    if (!ok) poison_output(a, false, first, stride);
 }
 
 CT_KERNEL colltune_two_shot_all_reduce_bf16(const CollArgs a) { two_shot_all_reduce<kWorld, Bf16>(a); }

@@ -56,8 +56,11 @@ __device__ __forceinline__ void two_shot_push_all_reduce(const CollArgs& a) {
                 send[u][s] = without_sentinel(ld_io(in + i * 16u, aligned));
         }
     }
-    const CallState state = begin_call(ctrl);
-    if (state.poisoned) return;
+    const CallState& state = begin_call(ctrl);
+    if (state.poisoned) {
+        poison_output(a, false, first, stride);
+        return;
+    }
     // Bytes of every slot this call writes, which the next push-family call
     // re-arms (a world of one writes none).
     save_push_state(ctrl, state, world > 1u ? 2u * shard * 16u : 0u);
@@ -66,7 +69,6 @@ __device__ __forceinline__ void two_shot_push_all_reduce(const CollArgs& a) {
     const u64 buffer_bytes = (u64)world * a.slot_bytes;
     const u64 my_slot = (u64)phase * buffer_bytes + (u64)rank * a.slot_bytes;
     const char* mine = (const char*)a.push_bufs[rank] + (u64)phase * buffer_bytes;
-
     // 1. Scatter: pack j of shard s goes to slot `rank` of rank s.
     for (u64 base = first; base < shard; base += step) {
         if (base != first) {
@@ -93,6 +95,11 @@ __device__ __forceinline__ void two_shot_push_all_reduce(const CollArgs& a) {
         }
     }
 
+    // Block 0 tells every peer what it calls. (After its scatter stores: the
+    // threads that check a peer's call check it before they wait for data, and
+    // small messages give them none.)
+    if (lamport_handshake_peer<W>(a) != CT_NO_PEER) handshake_send(a, lamport_handshake_peer<W>(a), state.calls);
+
     // 2. Re-arm the previous push-family call's buffer (see push.cu for why it
     //    is quiet).
     const u64 used_packs = (u64)state.used_bytes(rearm) / 16u;
@@ -102,7 +109,10 @@ __device__ __forceinline__ void two_shot_push_all_reduce(const CollArgs& a) {
         if ((u32)p < world && (u32)p != rank) lamport_rearm(stale + (u64)p * a.slot_bytes, used_packs, first, stride);
 
     // 3. Reduce shard `rank` as its copies land; send the sum to every peer.
+    // The peer's call is checked before any wait for data (see push.cu).
     bool ok = true;
+    const u32 shake = lamport_handshake_peer<W>(a);
+    if (shake != CT_NO_PEER) ok = handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
     for (u64 base = first; ok && base < shard; base += step) {
         Pack v[UNROLL][SLOTS];
 #pragma unroll
@@ -128,7 +138,7 @@ __device__ __forceinline__ void two_shot_push_all_reduce(const CollArgs& a) {
 #pragma unroll
             for (int p = 0; p < SLOTS; ++p) {
                 if ((u32)p >= world || (u32)p == rank || !ok) continue;
-                ok = lamport_wait(v[u][p], mine + (u64)p * a.slot_bytes + j * 16u, deadline, ctrl, p,
+                ok = lamport_wait(v[u][p], mine + (u64)p * a.slot_bytes + j * 16u, deadline, a, p,
                                   CT_KERNEL_TWO_SHOT_PUSH);
             }
         }
@@ -168,7 +178,7 @@ __device__ __forceinline__ void two_shot_push_all_reduce(const CollArgs& a) {
             for (int s = 0; s < SLOTS; ++s) {
                 const u64 i = (u64)s * shard + j;
                 if ((u32)s >= world || (u32)s == rank || j >= shard || i >= packs || !ok) continue;
-                ok = lamport_wait(v[u][s], mine + (u64)s * a.slot_bytes + (shard + j) * 16u, deadline, ctrl, s,
+                ok = lamport_wait(v[u][s], mine + (u64)s * a.slot_bytes + (shard + j) * 16u, deadline, a, s,
                                   CT_KERNEL_TWO_SHOT_PUSH);
             }
         }
@@ -183,6 +193,7 @@ __device__ __forceinline__ void two_shot_push_all_reduce(const CollArgs& a) {
             }
         }
     }
+    if (!ok) poison_output(a, false, first, stride);
 }
 
 CT_KERNEL colltune_two_shot_push_all_reduce_bf16(const CollArgs a) { two_shot_push_all_reduce<kWorld, Bf16>(a); }

@@ -6,7 +6,10 @@ use std::time::Duration;
 use crate::vocab::{Algo, Arch, Collective, DType};
 
 /// Everything that can go wrong in `kernels`, with enough context to act on.
-#[derive(Debug)]
+///
+/// Cloneable: once a rank has failed, every later call of it returns a clone
+/// of its first fault.
+#[derive(Clone, Debug)]
 pub enum Error {
     /// A shared library could not be loaded. `fix` says how to make it loadable.
     MissingLibrary { lib: &'static str, fix: String },
@@ -52,6 +55,13 @@ pub enum Error {
     /// This rank stopped because another rank of a concurrent run failed first
     /// (that rank's error is the one to read).
     PeerFailed { rank: usize },
+    /// A kernel of this rank stopped waiting for `peer` because `peer` had
+    /// already failed (its own error is the first one).
+    PeerFault {
+        rank: usize,
+        peer: usize,
+        during: String,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -106,6 +116,12 @@ impl fmt::Display for Error {
             Error::Policy(what) => write!(f, "policy override: {what}"),
             Error::Verification(what) => write!(f, "verification failed: {what}"),
             Error::PeerFailed { rank } => write!(f, "rank {rank} stopped: another rank failed"),
+            Error::PeerFault { rank, peer, during } => write!(
+                f,
+                "rank {rank} stopped in {during}: rank {peer}, which it was waiting for, had \
+                 failed first (rank {peer}'s error is the one to read); this world is unusable \
+                 now: build a new one"
+            ),
         }
     }
 }

@@ -95,14 +95,6 @@ pub(crate) unsafe fn memset_u32_async(
         .during("cuMemsetD32Async")
 }
 
-/// Copies `out.len()` words from device memory, synchronously.
-pub(crate) unsafe fn copy_words_to_host(src: sys::CUdeviceptr, out: &mut [u32]) -> Result<()> {
-    // SAFETY: the caller guarantees `src` holds `out.len()` words.
-    unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, std::mem::size_of_val(out)) }
-        .result()
-        .during("cuMemcpyDtoH")
-}
-
 /// Copies `words` to device memory at `dst`, synchronously.
 ///
 /// # Safety
@@ -220,4 +212,55 @@ pub(crate) fn device_by_pci_bus_id(bus_id: &str) -> Option<sys::CUdevice> {
     // SAFETY: reads a NUL-terminated string, writes one device.
     let result = unsafe { sys::cuDeviceGetByPCIBusId(&mut device, text.as_ptr()) };
     (result == sys::CUresult::CUDA_SUCCESS).then_some(device)
+}
+
+/// `cuMemHostAlloc`, portable (every context may use it) and mapped into the
+/// device address space: pinned host memory kernels can write. Zeroed. The
+/// caller's context must be current. Free it with [`mem_free_host`].
+pub(crate) fn mem_host_alloc_mapped(bytes: usize) -> Result<*mut std::ffi::c_void> {
+    let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
+    let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+    // SAFETY: writes one pointer into `ptr`.
+    unsafe { sys::cuMemHostAlloc(&mut ptr, bytes.max(1), flags) }
+        .result()
+        .during("cuMemHostAlloc")?;
+    // SAFETY: the allocation is `bytes.max(1)` bytes long and exclusively ours.
+    unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes.max(1)) };
+    Ok(ptr)
+}
+
+/// The device address of mapped pinned memory from [`mem_host_alloc_mapped`].
+pub(crate) fn mem_host_device_pointer(ptr: *mut std::ffi::c_void) -> Result<sys::CUdeviceptr> {
+    let mut device: sys::CUdeviceptr = 0;
+    // SAFETY: writes one pointer; `ptr` is mapped pinned memory.
+    unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, ptr, 0) }
+        .result()
+        .during("cuMemHostGetDevicePointer")?;
+    Ok(device)
+}
+
+/// `cuMemFreeHost`. No kernel may write the memory any more.
+pub(crate) unsafe fn mem_free_host(ptr: *mut std::ffi::c_void) -> Result<()> {
+    // SAFETY: the caller guarantees `ptr` came from `mem_host_alloc_mapped`
+    // and that nothing uses it.
+    unsafe { sys::cuMemFreeHost(ptr) }
+        .result()
+        .during("cuMemFreeHost")
+}
+
+/// The size of the allocation (or IPC mapping) that starts at `ptr`. The
+/// caller's context must be current.
+pub(crate) fn mem_allocation_size(ptr: sys::CUdeviceptr) -> Result<usize> {
+    let mut base: sys::CUdeviceptr = 0;
+    let mut size = 0usize;
+    // SAFETY: writes a base and a size.
+    unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) }
+        .result()
+        .during("cuMemGetAddressRange")?;
+    if base != ptr {
+        return Err(Error::Unsupported(format!(
+            "address {ptr:#x} is not the start of an allocation (it starts at {base:#x})"
+        )));
+    }
+    Ok(size)
 }

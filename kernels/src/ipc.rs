@@ -81,6 +81,14 @@ impl PeerMapping {
         self.ptr
     }
 
+    /// Bytes the mapping spans (the peer's allocation as the driver maps it).
+    pub fn size(&self) -> Result<usize> {
+        self.ctx
+            .bind_to_thread()
+            .during("binding a context to size a peer's buffer")?;
+        ffi::mem_allocation_size(self.ptr)
+    }
+
     /// Closes without waiting for the context: for a world whose streams never
     /// drained (a hung peer), where synchronising would hang too.
     pub(crate) fn leak(self) {

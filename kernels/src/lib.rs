@@ -83,7 +83,7 @@ mod rendezvous;
 mod selection;
 mod vocab;
 
-pub use comm::{Fallback, Join, Options, ProcessSpec, RankComm, Select, World};
+pub use comm::{Captured, Fallback, Join, Lifeline, Options, ProcessSpec, RankComm, Select, World};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use nccl::NcclId;

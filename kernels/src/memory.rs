@@ -75,20 +75,6 @@ impl DeviceBuffer {
         unsafe { ffi::copy_words_to_device(self.ptr, words) }
     }
 
-    /// Reads `out.len()` words starting at word `first`, synchronously (after
-    /// all work on the context's streams that was ordered before).
-    pub fn read_words(&self, first: usize, out: &mut [u32]) -> Result<()> {
-        assert!(
-            (first + out.len()) * 4 <= self.bytes,
-            "read past a device buffer"
-        );
-        self.ctx
-            .bind_to_thread()
-            .during("binding a context to read")?;
-        // SAFETY: the range lies within this live allocation (asserted above).
-        unsafe { ffi::copy_words_to_host(self.ptr + first as u64 * 4, out) }
-    }
-
     /// Gives the allocation up without freeing it: for a world whose streams
     /// never drained (a hung peer), where the free would wait forever. The
     /// memory returns to the driver when the process exits.
@@ -110,5 +96,78 @@ impl Drop for DeviceBuffer {
             // no work uses it any more.
             let _ = unsafe { ffi::mem_free(self.ptr) };
         }
+    }
+}
+
+/// A few words of pinned host memory mapped into the device address space
+/// (`cuMemHostAlloc`, portable and mapped): kernels store into them, and the
+/// host reads them as plain memory, without a copy or a synchronisation.
+#[derive(Debug)]
+pub struct MappedHostWords {
+    host: *mut std::ffi::c_void,
+    device: u64,
+    words: usize,
+}
+
+// SAFETY: host memory valid in every context (portable) and from any thread;
+// the host only reads it with atomic loads.
+unsafe impl Send for MappedHostWords {}
+unsafe impl Sync for MappedHostWords {}
+
+impl MappedHostWords {
+    /// `words` zeroed 32-bit words (at least `bytes`, a cache line), mapped for
+    /// `ctx`'s device.
+    pub fn alloc(ctx: &Arc<CudaContext>, words: usize, bytes: usize) -> Result<MappedHostWords> {
+        ctx.bind_to_thread()
+            .during("binding a context to allocate host memory")?;
+        let bytes = bytes.max(words * 4);
+        let host = ffi::mem_host_alloc_mapped(bytes)?;
+        let device = match ffi::mem_host_device_pointer(host) {
+            Ok(device) => device,
+            Err(e) => {
+                // SAFETY: just allocated, never handed to a kernel.
+                let _ = unsafe { ffi::mem_free_host(host) };
+                return Err(e);
+            }
+        };
+        Ok(MappedHostWords {
+            host,
+            device,
+            words,
+        })
+    }
+
+    /// The address kernels store to.
+    pub fn device_ptr(&self) -> u64 {
+        self.device
+    }
+
+    /// Word `word`, as the device last stored it (acquire: the words the
+    /// device stored before it, behind a system fence, are visible after).
+    pub fn load(&self, word: usize) -> u32 {
+        assert!(word < self.words, "read past mapped host words");
+        // SAFETY: in bounds of a live, 4-byte aligned allocation that the host
+        // only reads atomically.
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.host.cast::<u32>().add(word)) }
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The u64 at words `word` and `word + 1` (little-endian halves).
+    pub fn load_u64(&self, word: usize) -> u64 {
+        self.load(word) as u64 | (self.load(word + 1) as u64) << 32
+    }
+
+    /// Gives the memory up without freeing it: for a rank whose kernels may
+    /// still run (they would store into freed memory).
+    pub(crate) fn leak(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for MappedHostWords {
+    fn drop(&mut self) {
+        // The owner drained every stream whose kernels hold the address.
+        // SAFETY: allocated by `alloc`, not used by any kernel any more.
+        let _ = unsafe { ffi::mem_free_host(self.host) };
     }
 }

@@ -66,34 +66,68 @@ pub fn world_specialisations() -> Vec<u32> {
 
 /// Extra `#define`s for A/B experiments with kernel variants, from the
 /// environment variable `KERNELS_NVRTC_DEFINES` (`NAME` or `NAME=VALUE`,
-/// whitespace-separated; the sources name their experiment switches
-/// `CT_EXP_*`; none is defined now: the last one, a barrier-free two-shot,
-/// became `two_shot_push` once measured). Empty in normal use. The defines
-/// are part of the source, so ranks that differ in them are refused when a
-/// world of processes forms (the kernel-source hash in its hello).
-fn experiment_defines() -> Vec<(String, String)> {
+/// whitespace-separated). Only experiment switches are accepted: names that
+/// start with [`EXPERIMENT_PREFIX`], which the protocol's own defines never
+/// use, so an experiment can never redefine a layout constant (the host and
+/// device layouts would then disagree). Empty in normal use. The defines are
+/// part of the source, so ranks that differ in them are refused when a world
+/// of processes forms (the kernel-source hash in its hello).
+fn experiment_defines() -> Result<Vec<(String, String)>> {
     parse_defines(&std::env::var("KERNELS_NVRTC_DEFINES").unwrap_or_default())
 }
 
-/// `NAME` or `NAME=VALUE` items, whitespace-separated; a bare name is 1.
-fn parse_defines(text: &str) -> Vec<(String, String)> {
-    text.split_whitespace()
-        .map(|item| match item.split_once('=') {
-            Some((name, value)) => (name.to_string(), value.to_string()),
-            None => (item.to_string(), "1".to_string()),
-        })
-        .collect()
+/// What every experiment switch's name starts with.
+pub const EXPERIMENT_PREFIX: &str = "CT_EXP_";
+
+/// `NAME` or `NAME=VALUE` items, whitespace-separated; a bare name is 1. Names
+/// must be experiment switches ([`EXPERIMENT_PREFIX`] and then letters,
+/// digits or `_`), values plain tokens.
+fn parse_defines(text: &str) -> Result<Vec<(String, String)>> {
+    let refuse = |item: &str, why: &str| {
+        Err(Error::Unsupported(format!(
+            "KERNELS_NVRTC_DEFINES: `{item}` {why} (only experiment switches named \
+             {EXPERIMENT_PREFIX}*, as NAME or NAME=VALUE)"
+        )))
+    };
+    let mut defines = Vec::new();
+    for item in text.split_whitespace() {
+        let (name, value) = match item.split_once('=') {
+            Some((name, value)) => (name, value),
+            None => (item, "1"),
+        };
+        let tail = name.strip_prefix(EXPERIMENT_PREFIX).unwrap_or("");
+        if tail.is_empty() || !tail.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return refuse(item, "is not an experiment switch");
+        }
+        if value.is_empty()
+            || !value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-+".contains(&b))
+        {
+            return refuse(item, "has a value that is not a plain token");
+        }
+        if defines.iter().any(|(n, _): &(String, String)| n == name) {
+            return refuse(item, "names a switch twice");
+        }
+        defines.push((name.to_string(), value.to_string()));
+    }
+    Ok(defines)
 }
 
-/// The complete translation unit handed to NVRTC for `CT_WORLD = world_spec`.
-pub fn kernel_source(world_spec: u32) -> String {
+/// The complete translation unit handed to NVRTC for `CT_WORLD = world_spec`,
+/// with the experiment switches of `KERNELS_NVRTC_DEFINES`.
+pub fn kernel_source(world_spec: u32) -> Result<String> {
+    Ok(source_with(world_spec, &experiment_defines()?))
+}
+
+fn source_with(world_spec: u32, experiments: &[(String, String)]) -> String {
     let mut source = cuda_prelude();
     source.push_str(&format!(
         "// World-size specialisation (0: generic) and its largest block.\n\
          #define CT_WORLD {world_spec}\n#define CT_MAX_THREADS {}\n",
         crate::protocol::max_threads(world_spec as usize)
     ));
-    for (name, value) in experiment_defines() {
+    for (name, value) in experiments {
         source.push_str(&format!("#define {name} {value}\n"));
     }
     for (name, text) in SOURCES {
@@ -199,7 +233,7 @@ impl Drop for Program {
 fn compile_uncached(arch: Arch, world_spec: u32) -> Result<CompiledKernels> {
     let nvrtc_error = |message: String, log: String| Error::Nvrtc { arch, message, log };
     let source =
-        CString::new(kernel_source(world_spec)).expect("the kernel sources contain no NUL");
+        CString::new(kernel_source(world_spec)?).expect("the kernel sources contain no NUL");
     let prog = Program(
         nvrtc::create_program(&source, Some(c"colltune_collectives.cu"))
             .map_err(|e| nvrtc_error(format!("nvrtcCreateProgram: {e:?}"), String::new()))?,
@@ -220,6 +254,12 @@ fn compile_uncached(arch: Arch, world_spec: u32) -> Result<CompiledKernels> {
                 "nvrtcCompileProgram: {e:?} (options: {})",
                 options.join(" ")
             ),
+            log,
+        ));
+    }
+    if let Some(line) = redefinition_warning(&log) {
+        return Err(nvrtc_error(
+            format!("a macro was redefined ({line}): host and device layouts could disagree"),
             log,
         ));
     }
@@ -255,6 +295,15 @@ fn compile_uncached(arch: Arch, world_spec: u32) -> Result<CompiledKernels> {
     })
 }
 
+/// The first line of an NVRTC log that warns of a redefined macro: the
+/// protocol's constants are defines, and a second definition of one would
+/// make the kernels' layout differ from the host's.
+fn redefinition_warning(log: &str) -> Option<&str> {
+    log.lines()
+        .find(|line| line.contains("redefin"))
+        .map(str::trim)
+}
+
 fn c_chars_to_string(raw: &[std::ffi::c_char]) -> String {
     let bytes: Vec<u8> = raw.iter().map(|&c| c as u8).collect();
     CStr::from_bytes_until_nul(&bytes)
@@ -270,14 +319,19 @@ pub struct KernelSet {
     world_spec: u32,
     /// Launch with programmatic dependent launch (sm_90 and later, when asked).
     programmatic: bool,
+    /// Blocks of the heaviest kernel one SM holds at the loaded block size.
+    blocks_per_sm: u32,
+    /// That kernel, for messages.
+    heaviest: String,
     _module: Arc<CudaModule>,
 }
 
 impl KernelSet {
-    /// Loads the compiled kernels into `ctx` and checks that a block of
-    /// `threads` threads of every kernel fits on one SM. `programmatic_launch`
-    /// asks for programmatic dependent launch, which only sm_90 and later have
-    /// (see [`Options::programmatic_launch`](crate::Options::programmatic_launch)).
+    /// Loads the compiled kernels into `ctx` and measures how many blocks of
+    /// `threads` threads of each kernel one SM holds (at least one, or this
+    /// fails). `programmatic_launch` asks for programmatic dependent launch,
+    /// which only sm_90 and later have (see
+    /// [`Options::programmatic_launch`](crate::Options::programmatic_launch)).
     pub fn load(
         ctx: &Arc<CudaContext>,
         compiled: &CompiledKernels,
@@ -288,6 +342,7 @@ impl KernelSet {
             .load_module(Ptx::from_binary(compiled.cubin.clone()))
             .during("loading the collective kernels (cuModuleLoadData)")?;
         let mut functions = HashMap::new();
+        let mut heaviest = (u32::MAX, String::new());
         for name in entry_names() {
             let function = module
                 .load_function(&name)
@@ -300,14 +355,25 @@ impl KernelSet {
                     "kernel {name} cannot run blocks of {threads} threads on this GPU"
                 )));
             }
+            if (resident as u32) < heaviest.0 {
+                heaviest = (resident as u32, name.clone());
+            }
             functions.insert(name, function);
         }
         Ok(KernelSet {
             functions,
             world_spec: compiled.world_spec,
             programmatic: programmatic_launch && compiled.arch >= Arch::SM90,
+            blocks_per_sm: heaviest.0,
+            heaviest: heaviest.1,
             _module: module,
         })
+    }
+
+    /// Blocks of the heaviest kernel one SM holds at once, and which kernel
+    /// that is (what bounds co-residency: `protocol::launch`).
+    pub fn blocks_per_sm(&self) -> (u32, &str) {
+        (self.blocks_per_sm, &self.heaviest)
     }
 
     /// Whether launches use programmatic dependent launch.
@@ -349,18 +415,55 @@ mod tests {
     #[test]
     fn experiment_defines_take_a_name_or_a_name_and_value() {
         assert_eq!(
-            parse_defines(" CT_EXP_A  CT_EXP_B=64\n"),
+            parse_defines(" CT_EXP_A  CT_EXP_B=64\n").unwrap(),
             vec![
                 ("CT_EXP_A".to_string(), "1".to_string()),
                 ("CT_EXP_B".to_string(), "64".to_string())
             ]
         );
-        assert!(parse_defines("").is_empty());
+        assert!(parse_defines("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn only_experiment_switches_may_be_defined() {
+        // A layout constant would change the device's CollArgs or control
+        // block behind the host's back.
+        for bad in [
+            "CT_MAX_WORLD=4",
+            "CT_SENTINEL=0",
+            "FOO",
+            "CT_EXP_",
+            "CT_EXP_A=",
+            "CT_EXP_A=1;int",
+            "CT_EXP_A CT_EXP_A=2",
+            "ct_exp_a",
+        ] {
+            let err = parse_defines(bad).unwrap_err().to_string();
+            assert!(err.contains("KERNELS_NVRTC_DEFINES"), "{bad}: {err}");
+        }
+        // None of the protocol's own defines is an experiment switch.
+        for line in cuda_prelude().lines() {
+            if let Some(rest) = line.strip_prefix("#define ") {
+                assert!(!rest.starts_with(EXPERIMENT_PREFIX), "{line}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_redefinition_warning_is_found() {
+        let log = "colltune_collectives.cu(12): warning #47-D: incompatible redefinition of \
+                   macro \"CT_MAX_WORLD\"";
+        assert!(redefinition_warning(log).unwrap().contains("CT_MAX_WORLD"));
+        assert_eq!(redefinition_warning(""), None);
+        assert_eq!(
+            redefinition_warning("ptxas info: 0 bytes spill stores"),
+            None
+        );
     }
 
     #[test]
     fn every_entry_point_is_defined_in_the_sources() {
-        let source = kernel_source(0);
+        let source = source_with(0, &[]);
         for name in entry_names() {
             assert!(
                 source.contains(&format!("CT_KERNEL {name}(")),
@@ -371,7 +474,7 @@ mod tests {
 
     #[test]
     fn the_sources_need_no_header() {
-        assert!(!kernel_source(0).contains("#include"));
+        assert!(!source_with(0, &[]).contains("#include"));
     }
 
     #[test]
@@ -379,7 +482,7 @@ mod tests {
         assert_eq!(world_specialisation(1), 0);
         for w in 2..=8 {
             assert_eq!(world_specialisation(w), w as u32);
-            assert!(kernel_source(w as u32).contains(&format!("#define CT_WORLD {w}\n")));
+            assert!(source_with(w as u32, &[]).contains(&format!("#define CT_WORLD {w}\n")));
         }
         assert_eq!(world_specialisation(9), 0);
         assert_eq!(world_specialisations(), [0, 2, 3, 4, 5, 6, 7, 8]);

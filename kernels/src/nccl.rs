@@ -12,9 +12,9 @@
 //! peer has closed its connections: a peer that is alive but silent would hold
 //! it forever (issue 9).
 
-use std::cell::Cell;
 use std::ffi::{CStr, c_int};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -57,10 +57,10 @@ pub(crate) struct NcclComm {
     abort_on_drop: bool,
     /// Set once the communicator was aborted or released: every later call is
     /// an error and drop does nothing.
-    gone: Cell<bool>,
+    gone: AtomicBool,
     /// Set when a teardown did not return within its bound: a helper thread
     /// still holds the communicator, so NCCL work may still be running.
-    abandoned: Cell<bool>,
+    abandoned: AtomicBool,
     /// Bound on a collective answered with `ncclInProgress`.
     call_bound: Duration,
     /// This communicator's rank, for errors.
@@ -72,9 +72,12 @@ pub(crate) struct NcclComm {
 }
 
 // SAFETY: an NCCL communicator may be used from any thread as long as calls on
-// it are not concurrent; it is owned by exactly one RankComm, which takes
-// `&mut self` for every collective.
+// it are not concurrent; it is owned by exactly one rank, whose collectives
+// take `&mut RankComm`. Other holders of the rank's resources (captured graphs)
+// only poll `ncclCommGetAsyncError`, which NCCL allows from any thread at any
+// time (it is how a watchdog thread watches a communicator).
 unsafe impl Send for NcclComm {}
+unsafe impl Sync for NcclComm {}
 
 /// A raw communicator handed to a helper thread (init or teardown). Only one
 /// thread uses it at a time: the owner stops touching it once it is handed over.
@@ -123,18 +126,19 @@ fn nccl_dtype(dtype: DType) -> sys::ncclDataType_t {
 }
 
 /// What `NCCL_CONFIG_INITIALIZER` gives (every field "undefined", so NCCL picks
-/// its defaults and honours its environment variables), except `blocking = 0`.
+/// its defaults and honours its environment variables), except `blocking`
+/// (0 unless an A/B measurement asks for blocking communicators).
 /// `size` and `version` describe the struct of the headers cudarc was generated
 /// from (2.28); an older NCCL copies the prefix it knows, a newer one fills the
 /// fields it added with defaults.
-fn nonblocking_config() -> sys::ncclConfig_t {
+fn config(blocking: bool) -> sys::ncclConfig_t {
     const UNDEF_INT: c_int = c_int::MIN;
     sys::ncclConfig_t {
         size: std::mem::size_of::<sys::ncclConfig_t>(),
         magic: 0xcafe_beef,
         // NCCL_VERSION(2, 28, 0): major * 10000 + minor * 100 + patch.
         version: 22_800,
-        blocking: 0,
+        blocking: blocking as c_int,
         cgaClusterSize: UNDEF_INT,
         minCTAs: UNDEF_INT,
         maxCTAs: UNDEF_INT,
@@ -159,10 +163,64 @@ enum Settled {
     Late,
 }
 
-/// Polls `comm`'s state until it leaves `ncclInProgress` or `deadline` passes.
-/// An error NCCL reports (its own or a peer's) ends the wait with that error.
+/// How a wait for a communicator to leave `ncclInProgress` paces its polls.
+/// It spins first: a collective that a non-blocking communicator hands to
+/// NCCL's own thread is usually enqueued within microseconds, and a first
+/// sleep (the scheduler rounds even 20 µs up to tens of µs) would put that
+/// much into every such call. Then it yields, then sleeps with a growing
+/// pause, so a long wait (peers still connecting, a lost peer) costs no CPU.
+/// Every wait still ends at its deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pace {
+    Spin,
+    Yield,
+    Sleep(Duration),
+}
+
+/// Spin this long before yielding.
+const SPIN_FOR: Duration = Duration::from_micros(200);
+/// Yield this long before sleeping.
+const YIELD_FOR: Duration = Duration::from_millis(5);
+/// The first and the longest sleep between polls.
+const FIRST_SLEEP: Duration = Duration::from_micros(50);
+const LONGEST_SLEEP: Duration = Duration::from_millis(1);
+
+/// How to wait before the next poll, `waited` into the wait, after sleeping
+/// `last` (the previous pace).
+fn pace(waited: Duration, last: Pace) -> Pace {
+    if waited < SPIN_FOR {
+        Pace::Spin
+    } else if waited < YIELD_FOR {
+        Pace::Yield
+    } else {
+        match last {
+            Pace::Sleep(pause) => Pace::Sleep((pause * 2).min(LONGEST_SLEEP)),
+            _ => Pace::Sleep(FIRST_SLEEP),
+        }
+    }
+}
+
+/// NCCL collectives issued, and how many of them NCCL answered with
+/// `ncclInProgress` (which makes the call wait in [`settle`]): what the bench
+/// reports, so that the cost of an eager NCCL call can be traced to it.
+static CALLS: AtomicU64 = AtomicU64::new(0);
+static IN_PROGRESS: AtomicU64 = AtomicU64::new(0);
+
+/// (collectives issued, of them answered with `ncclInProgress`) so far in
+/// this process.
+pub fn call_stats() -> (u64, u64) {
+    (
+        CALLS.load(Ordering::Relaxed),
+        IN_PROGRESS.load(Ordering::Relaxed),
+    )
+}
+
+/// Polls `comm`'s state until it leaves `ncclInProgress` or `deadline` passes,
+/// paced by [`pace`]. An error NCCL reports (its own or a peer's) ends the
+/// wait with that error.
 fn settle(comm: sys::ncclComm_t, what: &str, deadline: Instant) -> Result<Settled> {
-    let mut pause = Duration::from_micros(20);
+    let start = Instant::now();
+    let mut last = Pace::Spin;
     loop {
         let mut state = sys::ncclResult_t::ncclSuccess;
         // SAFETY: `comm` is a live communicator; writes one result code.
@@ -177,10 +235,12 @@ fn settle(comm: sys::ncclComm_t, what: &str, deadline: Instant) -> Result<Settle
         if Instant::now() >= deadline {
             return Ok(Settled::Late);
         }
-        std::thread::sleep(pause);
-        // Short at first (a collective's connection set-up is quick once the
-        // peers call), then at most 1 ms between polls.
-        pause = (pause * 2).min(Duration::from_millis(1));
+        last = pace(start.elapsed(), last);
+        match last {
+            Pace::Spin => std::hint::spin_loop(),
+            Pace::Yield => std::thread::yield_now(),
+            Pace::Sleep(pause) => std::thread::sleep(pause),
+        }
     }
 }
 
@@ -281,8 +341,8 @@ impl NcclComm {
             comm,
             rank,
             abort_on_drop: false,
-            gone: Cell::new(false),
-            abandoned: Cell::new(false),
+            gone: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
             call_bound: DEFAULT_CALL_BOUND,
             local_group: false,
         }
@@ -291,7 +351,7 @@ impl NcclComm {
     /// One communicator per device ordinal, ranks in the order given (a single
     /// process): `ncclCommInitRankConfig` per device inside one NCCL group,
     /// non-blocking, polled with a bound.
-    pub(crate) fn init_all(ordinals: &[i32]) -> Result<Vec<NcclComm>> {
+    pub(crate) fn init_all(ordinals: &[i32], blocking: bool) -> Result<Vec<NcclComm>> {
         ffi::require_nccl()?;
         let world = ordinals.len();
         // The primary contexts: NCCL picks each rank's device from the
@@ -318,7 +378,7 @@ impl NcclComm {
                 .bind_to_thread()
                 .map_err(|e| Error::driver("binding a context for NCCL", e))
                 .and_then(|()| {
-                    let mut config = nonblocking_config();
+                    let mut config = config(blocking);
                     // SAFETY: writes one communicator; `config` outlives the call
                     // (NCCL copies it).
                     let code = unsafe {
@@ -391,6 +451,7 @@ impl NcclComm {
         rank: usize,
         id: &NcclId,
         timeout: Duration,
+        blocking: bool,
     ) -> Result<NcclComm> {
         ffi::require_nccl()?;
         // NCCL picks the device from the thread's current context.
@@ -400,7 +461,7 @@ impl NcclComm {
             internal: id.0.map(|b| b as std::ffi::c_char),
         };
         let mut comm = std::ptr::null_mut();
-        let mut config = nonblocking_config();
+        let mut config = config(blocking);
         // SAFETY: writes one communicator; NCCL copies `config`.
         let code = unsafe {
             sys::ncclCommInitRankConfig(
@@ -455,7 +516,7 @@ impl NcclComm {
 
     /// The communicator, unless it was aborted or released.
     fn live(&self, what: &str) -> Result<sys::ncclComm_t> {
-        if self.gone.get() {
+        if self.gone.load(Ordering::Relaxed) {
             Err(Error::Unsupported(format!(
                 "{what} on an NCCL communicator that was aborted (a peer never called)"
             )))
@@ -470,10 +531,10 @@ impl NcclComm {
     /// the communicator or anything that synchronises the stream would
     /// otherwise wait for the missing peer. Idempotent.
     pub(crate) fn abort_now(&self) {
-        if !self.gone.replace(true)
+        if !self.gone.swap(true, Ordering::Relaxed)
             && teardown(self.comm, Way::Abort, Duration::ZERO) == Ended::Abandoned
         {
-            self.abandoned.set(true);
+            self.abandoned.store(true, Ordering::Relaxed);
         }
     }
 
@@ -481,8 +542,8 @@ impl NcclComm {
     /// (aborting past [`TEARDOWN_BOUND`]), abort otherwise. Idempotent; drop
     /// does the same with `healthy = !abort_on_drop`.
     pub(crate) fn end(&self, healthy: bool) -> Ended {
-        if self.gone.replace(true) {
-            return if self.abandoned.get() {
+        if self.gone.swap(true, Ordering::Relaxed) {
+            return if self.abandoned.load(Ordering::Relaxed) {
                 Ended::Abandoned
             } else {
                 Ended::Aborted
@@ -494,7 +555,8 @@ impl NcclComm {
             (true, true) => Way::Destroy,
         };
         let ended = teardown(self.comm, way, TEARDOWN_BOUND);
-        self.abandoned.set(ended == Ended::Abandoned);
+        self.abandoned
+            .store(ended == Ended::Abandoned, Ordering::Relaxed);
         ended
     }
 
@@ -502,9 +564,11 @@ impl NcclComm {
     /// peers, non-blocking mode) is waited out against `call_bound`; past it the
     /// communicator is aborted and the call is a timeout.
     fn issued(&self, what: &str, code: sys::ncclResult_t) -> Result<()> {
+        CALLS.fetch_add(1, Ordering::Relaxed);
         match code {
             sys::ncclResult_t::ncclSuccess => Ok(()),
             sys::ncclResult_t::ncclInProgress => {
+                IN_PROGRESS.fetch_add(1, Ordering::Relaxed);
                 match settle(self.comm, what, Instant::now() + self.call_bound) {
                     Ok(Settled::Done) => Ok(()),
                     Ok(Settled::Late) => {
@@ -718,7 +782,7 @@ mod tests {
         // What a rendezvous round that timed out leaves behind: no NCCL call may
         // touch the handle again (NCCL is not even loaded here), drop included.
         let comm = NcclComm::wrap(std::ptr::null_mut(), 0);
-        comm.gone.set(true);
+        comm.gone.store(true, Ordering::Relaxed);
         comm.abort_now();
         let err = comm.async_error().unwrap_err().to_string();
         assert!(err.contains("aborted"), "{err}");
@@ -729,15 +793,16 @@ mod tests {
     fn ending_an_aborted_communicator_touches_nothing() {
         // Drop after abort_now (or a second end) must not call NCCL again.
         let comm = NcclComm::wrap(std::ptr::null_mut(), 3);
-        comm.gone.set(true);
+        comm.gone.store(true, Ordering::Relaxed);
         assert_eq!(comm.end(true), Ended::Aborted);
-        comm.abandoned.set(true);
+        comm.abandoned.store(true, Ordering::Relaxed);
         assert_eq!(comm.end(false), Ended::Abandoned);
     }
 
     #[test]
     fn the_config_asks_only_for_a_nonblocking_communicator() {
-        let config = nonblocking_config();
+        assert_eq!(config(true).blocking, 1);
+        let config = config(false);
         assert_eq!(config.size, std::mem::size_of::<sys::ncclConfig_t>());
         assert_eq!((config.magic, config.version), (0xcafe_beef, 22_800));
         assert_eq!(config.blocking, 0);
@@ -759,6 +824,25 @@ mod tests {
             assert_eq!(field, c_int::MIN);
         }
         assert!(config.netName.is_null() && config.commName.is_null());
+    }
+
+    #[test]
+    fn waits_spin_then_yield_then_sleep_longer_and_longer() {
+        let us = Duration::from_micros;
+        assert_eq!(pace(us(0), Pace::Spin), Pace::Spin);
+        assert_eq!(pace(us(199), Pace::Spin), Pace::Spin);
+        assert_eq!(pace(us(200), Pace::Spin), Pace::Yield);
+        assert_eq!(pace(us(4_999), Pace::Yield), Pace::Yield);
+        assert_eq!(pace(us(5_000), Pace::Yield), Pace::Sleep(us(50)));
+        let mut last = Pace::Sleep(us(50));
+        let mut pauses = Vec::new();
+        for _ in 0..6 {
+            last = pace(us(10_000), last);
+            if let Pace::Sleep(p) = last {
+                pauses.push(p.as_micros());
+            }
+        }
+        assert_eq!(pauses, [100, 200, 400, 800, 1000, 1000]);
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub use crate::ffi::{
 pub use crate::module::{
     CompiledKernels, compile_for, compile_specialisation, entry_names, world_specialisations,
 };
-pub use crate::nccl::nccl_version;
+pub use crate::nccl::{call_stats as nccl_call_stats, nccl_version};
 pub use crate::peer::{PairLink, pair_link};
 pub use crate::protocol::digest::fnv1a;
 pub use crate::protocol::launch::LaunchShape;

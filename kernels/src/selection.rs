@@ -11,6 +11,7 @@ use crate::vocab::{Algo, Arch, Capacity, Collective, Link, Query};
 /// The tables are `policy::tables_in_use()`: `policy`'s own, or those an
 /// engine compiled from its own `tuned/` and handed over with
 /// `policy::use_tables` before building the world.
+#[derive(Clone, Copy)]
 pub(crate) struct Selector {
     policy: policy::Policy,
     tables: &'static policy::Tables,

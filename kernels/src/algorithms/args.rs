@@ -21,6 +21,10 @@ pub struct CollArgs {
     pub slot_bytes: u64,
     pub staging_bytes: u64,
     pub timeout_ns: u64,
+    /// What this call is (`protocol::signature`), for the call handshake.
+    pub call_sig: u64,
+    /// Device address of the rank's fault mirror in pinned host memory.
+    pub host_fault: u64,
     pub rank: u32,
     pub world: u32,
     /// 1 when input and output are both 16-byte aligned.
@@ -38,14 +42,16 @@ mod tests {
 
     #[test]
     fn layout_matches_the_cuda_struct() {
-        // Three pointer tables of 8, six u64, four u32: no padding anywhere.
-        assert_eq!(size_of::<CollArgs>(), 3 * 8 * 8 + 6 * 8 + 4 * 4);
+        // Three pointer tables of 8, eight u64, four u32: no padding anywhere.
+        assert_eq!(size_of::<CollArgs>(), 3 * 8 * 8 + 8 * 8 + 4 * 4);
         assert_eq!(align_of::<CollArgs>(), 8);
         assert_eq!(offset_of!(CollArgs, staging), 64);
         assert_eq!(offset_of!(CollArgs, ctrls), 128);
         assert_eq!(offset_of!(CollArgs, input), 192);
         assert_eq!(offset_of!(CollArgs, timeout_ns), 232);
-        assert_eq!(offset_of!(CollArgs, rank), 240);
-        assert_eq!(offset_of!(CollArgs, reserved), 252);
+        assert_eq!(offset_of!(CollArgs, call_sig), 240);
+        assert_eq!(offset_of!(CollArgs, host_fault), 248);
+        assert_eq!(offset_of!(CollArgs, rank), 256);
+        assert_eq!(offset_of!(CollArgs, reserved), 268);
     }
 }

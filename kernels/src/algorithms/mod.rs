@@ -15,6 +15,7 @@ use crate::module::KernelSet;
 use crate::protocol::PACK_BYTES;
 use crate::protocol::launch::LaunchShape;
 use crate::protocol::registry::KernelFamily;
+use crate::protocol::signature::CallSignature;
 use crate::vocab::{Collective, DType};
 
 /// One call, as the launch wrappers see it.
@@ -57,10 +58,18 @@ pub(crate) fn launch(
                 call.collective.name()
             ))
         })?;
+    let call_sig = CallSignature {
+        family,
+        collective: call.collective,
+        dtype: call.dtype,
+        bytes_per_rank: call.bytes_per_rank,
+    }
+    .encode();
     let args = CollArgs {
         input: call.input,
         output: call.output,
         bytes: call.bytes_per_rank,
+        call_sig,
         io_aligned: call.io_aligned() as u32,
         ..*base
     };

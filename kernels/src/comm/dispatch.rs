@@ -22,9 +22,11 @@ impl RankComm {
     ///
     /// `input` and `output` must not overlap (use
     /// [`RankComm::all_reduce_in_place`] for that). Both may be views at any
-    /// element offset. The dtype is `T` on both sides by construction; that every
-    /// rank passes the same `T` and length, as with NCCL, cannot be checked
-    /// without communicating and is the caller's contract.
+    /// element offset. The dtype is `T` on both sides by construction. Every
+    /// rank must pass the same `T` and length, as with NCCL: the custom
+    /// kernels check it (block 0's handshake), and ranks whose calls differ
+    /// get [`Error::Mismatch`](crate::Error::Mismatch) naming both calls; NCCL
+    /// cannot tell.
     pub fn all_reduce<T: Element>(
         &mut self,
         input: &CudaView<T>,
@@ -42,7 +44,7 @@ impl RankComm {
         self.same_device(input.stream().context(), "input")?;
         self.same_device(output.stream().context(), "output")?;
         let bytes = byte_len::<T>(input.len());
-        let stream = self.stream.clone();
+        let stream = self.res.stream.clone();
         let (src, _reading) = input.device_ptr(&stream);
         let (dst, _writing) = output.device_ptr_mut(&stream);
         self.run(Collective::AllReduce, T::DTYPE, src, dst, bytes, how)
@@ -56,7 +58,7 @@ impl RankComm {
     ) -> Result<Algo> {
         self.same_device(buffer.stream().context(), "buffer")?;
         let bytes = byte_len::<T>(buffer.len());
-        let stream = self.stream.clone();
+        let stream = self.res.stream.clone();
         let (ptr, _writing) = buffer.device_ptr_mut(&stream);
         self.run(Collective::AllReduce, T::DTYPE, ptr, ptr, bytes, how)
     }
@@ -81,7 +83,7 @@ impl RankComm {
         self.same_device(input.stream().context(), "input")?;
         self.same_device(output.stream().context(), "output")?;
         let bytes = byte_len::<T>(output.len());
-        let stream = self.stream.clone();
+        let stream = self.res.stream.clone();
         let (src, _reading) = input.device_ptr(&stream);
         let (dst, _writing) = output.device_ptr_mut(&stream);
         self.run(Collective::AllGather, T::DTYPE, src, dst, bytes, how)
@@ -106,7 +108,7 @@ impl RankComm {
         self.same_device(buffer.stream().context(), "buffer")?;
         let bytes = byte_len::<T>(buffer.len());
         let share = Collective::AllGather.per_rank_size(self.world_size as u64, bytes);
-        let stream = self.stream.clone();
+        let stream = self.res.stream.clone();
         let (ptr, _writing) = buffer.device_ptr_mut(&stream);
         let src = ptr + self.rank as u64 * share;
         self.run(Collective::AllGather, T::DTYPE, src, ptr, bytes, how)
@@ -122,16 +124,16 @@ impl RankComm {
                 world: self.world_size,
                 bytes,
             },
-            &self.shared.caps,
-            self.shared.registration.plan(),
-            self.shared.peer_access,
+            &self.res.shared.caps,
+            self.res.shared.registration.plan(),
+            self.res.shared.peer_access,
         )
     }
 
     /// The capacity `policy` gives `algo` for `collective` on this world's
     /// platform (what the registered buffers were sized for).
     pub fn capacity(&self, collective: Collective, algo: Algo) -> crate::vocab::Capacity {
-        self.shared.caps.of(collective, algo)
+        self.res.shared.caps.of(collective, algo)
     }
 
     /// The algorithm `policy` picks for a call, before declines.
@@ -165,20 +167,22 @@ impl RankComm {
     }
 
     fn same_device(&self, ctx: &cudarc::driver::CudaContext, what: &str) -> Result<()> {
-        if ctx.cu_ctx() == self.stream.context().cu_ctx() {
+        if ctx.cu_ctx() == self.res.stream.context().cu_ctx() {
             Ok(())
         } else {
             Err(Error::Mismatch(format!(
                 "rank {} runs in a context of GPU {} but its {what} belongs to another context \
                  (of GPU {})",
                 self.rank,
-                self.stream.context().ordinal(),
+                self.res.stream.context().ordinal(),
                 ctx.ordinal()
             )))
         }
     }
 
-    /// Picks, declines, launches. `bytes` is the output size.
+    /// Picks, declines, launches. `bytes` is the output size. Refuses at once
+    /// on a rank that knows of a fault, and a launch that fails breaks the
+    /// world (the peers would wait for this rank's part).
     fn run(
         &mut self,
         collective: Collective,
@@ -188,6 +192,7 @@ impl RankComm {
         bytes: u64,
         how: Select,
     ) -> Result<Algo> {
+        self.known_fault()?;
         if bytes == 0 {
             // Nothing moves; every rank returns without launching.
             return Ok(Algo::Nccl);
@@ -203,17 +208,18 @@ impl RankComm {
             output,
             bytes_per_rank: collective.per_rank_size(self.world_size as u64, bytes),
         };
-        if algo.is_custom() {
+        let ran = if algo.is_custom() {
             match self.would_decline(collective, algo, bytes) {
-                None => {
-                    self.launch_custom(algo, &call)?;
-                    return Ok(algo);
+                None => self.launch_custom(algo, &call).map(|()| algo),
+                Some(reason) => {
+                    self.log_decline(collective, algo, dtype, bytes, reason);
+                    self.run_fallback(&call).map(|()| Algo::Nccl)
                 }
-                Some(reason) => self.log_decline(collective, algo, dtype, bytes, reason),
             }
-        }
-        self.run_fallback(&call)?;
-        Ok(Algo::Nccl)
+        } else {
+            self.run_fallback(&call).map(|()| Algo::Nccl)
+        };
+        ran.map_err(|e| self.res.health.fail(e))
     }
 
     fn launch_custom(&self, algo: Algo, call: &Call) -> Result<()> {
@@ -221,9 +227,9 @@ impl RankComm {
             .expect("NCCL is not a custom kernel")
             .family;
         algorithms::launch(
-            &self.kernels,
+            &self.res.kernels,
             family,
-            &self.stream,
+            &self.res.stream,
             self.shape,
             &self.base_args,
             call,
@@ -231,10 +237,11 @@ impl RankComm {
     }
 
     fn run_fallback(&self, call: &Call) -> Result<()> {
-        match (self.shared.fallback, &self.nccl) {
+        let stream = &self.res.stream;
+        match (self.res.shared.fallback, &self.res.nccl) {
             (Fallback::Nccl, Some(nccl)) => {
                 // NCCL launches through the runtime API on the current device.
-                self.stream
+                stream
                     .context()
                     .bind_to_thread()
                     .map_err(|e| Error::driver("binding the rank's context for NCCL", e))?;
@@ -242,17 +249,17 @@ impl RankComm {
                 let count = (call.bytes_per_rank / element) as usize;
                 match call.collective {
                     Collective::AllReduce => {
-                        nccl.all_reduce(call.input, call.output, count, call.dtype, &self.stream)
+                        nccl.all_reduce(call.input, call.output, count, call.dtype, stream)
                     }
                     Collective::AllGather => {
-                        nccl.all_gather(call.input, call.output, count, call.dtype, &self.stream)
+                        nccl.all_gather(call.input, call.output, count, call.dtype, stream)
                     }
                 }
             }
             (Fallback::LoopbackReference, _) => algorithms::launch(
-                &self.kernels,
+                &self.res.kernels,
                 KernelFamily::Reference,
-                &self.stream,
+                stream,
                 self.shape,
                 &self.base_args,
                 call,
@@ -274,7 +281,7 @@ impl RankComm {
         reason: Decline,
     ) {
         static LOGGED: Mutex<Option<HashSet<(Collective, Algo, Decline)>>> = Mutex::new(None);
-        if !self.options.log_declines {
+        if !self.res.options.log_declines {
             return;
         }
         let mut logged = LOGGED.lock().unwrap_or_else(|p| p.into_inner());
@@ -288,7 +295,7 @@ impl RankComm {
                 algo.name(),
                 collective.name(),
                 dtype.name(),
-                self.shared.fallback.describe()
+                self.res.shared.fallback.describe()
             );
         }
     }

@@ -21,8 +21,9 @@ use crate::vocab::{Arch, DType};
 /// size, architecture, policy (tables or `COLLTUNE_ALGO`) or launch request
 /// would select different algorithms or grids and leave peers waiting; another
 /// dtype means the engine loaded the model differently; another sequence start
-/// would make barrier values disagree.
-pub(crate) const SHARED_HELLO: [&str; 10] = [
+/// would make barrier values disagree; another programmatic-launch setting
+/// another launch shape.
+pub(crate) const SHARED_HELLO: [&str; 11] = [
     "protocol",
     "kernels",
     "world_size",
@@ -32,6 +33,7 @@ pub(crate) const SHARED_HELLO: [&str; 10] = [
     "dtype",
     "threads",
     "blocks",
+    "programmatic_launch",
     "sequence_start",
 ];
 
@@ -72,7 +74,17 @@ impl Identity {
     }
 }
 
-/// The `hello` blob of rank `rank`.
+/// The hash of the kernel sources (with any experiment switches) that every
+/// rank of a world must share.
+pub(crate) fn kernels_hash() -> Result<String> {
+    Ok(format!(
+        "{:016x}",
+        fnv1a(module::kernel_source(0)?.as_bytes())
+    ))
+}
+
+/// The `hello` blob of rank `rank`; `kernels` is [`kernels_hash`].
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn hello(
     rank: usize,
     world: usize,
@@ -81,14 +93,12 @@ pub(crate) fn hello(
     dtype: Option<DType>,
     options: &Options,
     me: &Identity,
+    kernels: &str,
 ) -> Digest {
     let requested = |v: Option<u32>| v.map_or("default".to_string(), |v| v.to_string());
     Digest::new()
         .with("protocol", PROTOCOL_VERSION)
-        .with(
-            "kernels",
-            format!("{:016x}", fnv1a(module::kernel_source(0).as_bytes())),
-        )
+        .with("kernels", kernels)
         .with("world_size", world)
         .with("arch", arch)
         .with("policy_tables", format!("{:016x}", policy_fingerprint()))
@@ -96,6 +106,7 @@ pub(crate) fn hello(
         .with("dtype", dtype.map_or("unchecked", |d| d.name()))
         .with("threads", requested(options.threads))
         .with("blocks", requested(options.blocks))
+        .with("programmatic_launch", options.programmatic_launch)
         .with("sequence_start", options.sequence_start)
         .with("rank", rank)
         .with("host", &me.host)
@@ -210,6 +221,7 @@ mod tests {
                     dtype[r],
                     &Options::default(),
                     &identity(100 + r as u32, "gpu0"),
+                    "k",
                 )
             })
             .collect()
@@ -246,6 +258,7 @@ mod tests {
             None,
             &Options::default(),
             &identity(999, "gpu0"),
+            "k",
         );
         let seen = vec![intruder, h[1].clone()];
         let err = check_hellos(0, &h[0], &seen).unwrap_err().to_string();
@@ -268,6 +281,7 @@ mod tests {
                     None,
                     &Options::default(),
                     &identity(7, "gpu0"),
+                    "k",
                 )
             })
             .collect();

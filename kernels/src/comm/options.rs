@@ -21,8 +21,11 @@ pub struct Options {
     /// Blocks per rank per kernel; every kernel of a rank launches exactly this
     /// many (see `LaunchShape::grid`). Default: one per SM on dedicated GPUs
     /// (measured fastest on 2 x H200; a small message leaves most of them
-    /// idle at no cost); on a loopback world the SMs divided by the world size
-    /// (at most 32), since every block of every rank must be resident at once.
+    /// idle at no cost); where ranks share a GPU, as many as can all be
+    /// resident at once (at most 32): the GPU's SMs times the blocks of the
+    /// heaviest kernel one SM holds, divided by the ranks, and by two more
+    /// under programmatic launch (the next kernel of each rank may already be
+    /// resident). A request that could not be resident is refused.
     pub blocks: Option<u32>,
     /// Threads per block (multiple of 32; at most 1024 in a world of two,
     /// 512 otherwise, the `__launch_bounds__` of the world's kernels). Default:
@@ -53,6 +56,12 @@ pub struct Options {
     /// previous kernel's tail. The ordering seen by the program is unchanged.
     /// Default true.
     pub programmatic_launch: bool,
+    /// Create NCCL communicators in blocking mode. For A/B measurements of
+    /// NCCL's own cost only: a blocking communicator can wait without a bound
+    /// (forming the world, a collective whose peer never calls), which the
+    /// default non-blocking mode turns into [`Error::Timeout`](crate::Error::Timeout).
+    /// Default false.
+    pub nccl_blocking: bool,
 }
 
 impl Default for Options {
@@ -66,6 +75,7 @@ impl Default for Options {
             join_timeout: Duration::from_secs(60),
             sequence_start: 0,
             programmatic_launch: true,
+            nccl_blocking: false,
         }
     }
 }

@@ -24,7 +24,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use cudarc::driver::{CudaContext, CudaStream};
@@ -32,9 +31,9 @@ use cudarc::driver::{CudaContext, CudaStream};
 use super::arch_of;
 use super::identity::{self, Identity};
 use super::options::{Fallback, Options};
-use super::rank::{RankComm, WorldShared};
-use super::registration::{MappedMemory, RankMemory, Registration, Slot};
-use super::world::{check_world_size, launch_shape};
+use super::rank::{RankComm, RankParts, WorldShared};
+use super::registration::{BUFFER_NAMES, MappedMemory, RankMemory, Registration, Slot};
+use super::world::{block_size, check_world_size, launch_shape};
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
 use crate::ipc::IpcHandle;
@@ -222,7 +221,17 @@ pub(crate) fn build(
 
     // 1. Who everyone is, and whether they agree on the configuration.
     let me = Identity::of(&ctx)?;
-    let hello = identity::hello(rank, world, arch, &selector, dtype, &options, &me);
+    let kernels_hash = identity::kernels_hash()?;
+    let hello = identity::hello(
+        rank,
+        world,
+        arch,
+        &selector,
+        dtype,
+        &options,
+        &me,
+        &kernels_hash,
+    );
     let hellos = membership.round(nccl_ref, &stream, "hello", &hello)?;
     identity::check_hellos(rank, &hello, &hellos)?;
 
@@ -271,7 +280,9 @@ pub(crate) fn build(
         }
     }
     let layouts = membership.round(nccl_ref, &stream, "layout", &layout)?;
-    check_agreement(rank, &layouts, &LAYOUT_FIELDS).map_err(Error::Mismatch)?;
+    let fields = layout_fields();
+    let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+    check_agreement(rank, &layouts, &fields).map_err(Error::Mismatch)?;
 
     // 4. Map every peer's buffers, and learn whether everyone could.
     let mut slots = Vec::with_capacity(world);
@@ -281,7 +292,7 @@ pub(crate) fn build(
         if r == rank {
             slots.push(Slot::Owned(own.take().expect("own memory")));
         } else if custom && unmapped.is_none() {
-            match peer_handles(theirs).and_then(|h| MappedMemory::open(&ctx, &h)) {
+            match peer_handles(theirs).and_then(|h| MappedMemory::open(&ctx, &h, &plan)) {
                 Ok(mapped) => slots.push(Slot::Mapped(mapped)),
                 Err(e) => {
                     unmapped = Some(format!("rank {rank} could not map rank {r}'s buffers: {e}"));
@@ -327,8 +338,7 @@ pub(crate) fn build(
         peer_access: custom,
         fallback,
     });
-    let timeout_ns = options.timeout.as_nanos().min(u64::MAX as u128) as u64;
-    Ok(RankComm {
+    RankComm::new(RankParts {
         rank,
         world_size: world,
         stream,
@@ -336,34 +346,38 @@ pub(crate) fn build(
         link,
         shape,
         kernels,
-        base_args: shared.registration.base_args(rank, timeout_ns),
         shared,
         nccl,
+        membership: Some(membership),
         selector,
         options,
-        membership: Some(membership),
-        broken: AtomicBool::new(false),
     })
 }
 
-/// The three registered buffers, in the order of `RankMemory::ipc_handles`.
-const BUFFER_NAMES: [&str; 3] = ["ctrl", "push", "staging"];
+/// Fields of the `layout` round every rank must have equal: how the world
+/// runs, the buffer plan, and the capacity of every (collective, algorithm)
+/// pair of the registry, so that no capacity can be left out of the check.
+fn layout_fields() -> Vec<String> {
+    let mut fields: Vec<String> = [
+        "link",
+        "fallback",
+        "custom",
+        "threads",
+        "max_blocks",
+        "slot_bytes",
+        "staging_half_bytes",
+    ]
+    .iter()
+    .map(|f| f.to_string())
+    .collect();
+    fields.extend(registry::implemented_pairs().map(|(c, a)| capacity_field(c, a)));
+    fields
+}
 
-/// Fields of the `layout` round every rank must have equal.
-const LAYOUT_FIELDS: [&str; 12] = [
-    "link",
-    "fallback",
-    "custom",
-    "threads",
-    "max_blocks",
-    "slot_bytes",
-    "staging_half_bytes",
-    "capacity_all_reduce_one_shot_push",
-    "capacity_all_reduce_one_shot_pull",
-    "capacity_all_reduce_two_shot_pull",
-    "capacity_all_gather_one_shot_push",
-    "capacity_all_gather_one_shot_pull",
-];
+/// The `layout` field of the capacity of `algo` for `collective`.
+fn capacity_field(collective: crate::vocab::Collective, algo: crate::vocab::Algo) -> String {
+    format!("capacity_{}_{}", collective.name(), algo.name())
+}
 
 fn layout_digest(
     link: Link,
@@ -384,7 +398,7 @@ fn layout_digest(
     for (collective, algo) in registry::implemented_pairs() {
         let cap = caps.of(collective, algo);
         digest = digest.with(
-            &format!("capacity_{}_{}", collective.name(), algo.name()),
+            &capacity_field(collective, algo),
             format!("{} bytes, align {}", cap.max_bytes, cap.align),
         );
     }
@@ -410,19 +424,24 @@ fn join_world(
 ) -> Result<(Option<NcclComm>, Exchange, String)> {
     match join {
         Join::Nccl(id) => {
-            let comm =
-                NcclComm::init_rank(ctx, world, rank, &id, options.join_timeout).map_err(|e| {
-                    match e {
-                        Error::Nccl { what, code } => Error::Nccl {
-                            what: format!(
-                                "{what} (NCCL refuses two ranks on one GPU: processes that share a \
+            let comm = NcclComm::init_rank(
+                ctx,
+                world,
+                rank,
+                &id,
+                options.join_timeout,
+                options.nccl_blocking,
+            )
+            .map_err(|e| match e {
+                Error::Nccl { what, code } => Error::Nccl {
+                    what: format!(
+                        "{what} (NCCL refuses two ranks on one GPU: processes that share a \
                              GPU join with Join::Files)"
-                            ),
-                            code,
-                        },
-                        other => other,
-                    }
-                })?;
+                    ),
+                    code,
+                },
+                other => other,
+            })?;
             Ok((Some(comm), Exchange::Nccl, "NCCL".into()))
         }
         Join::Files(dir) => {
@@ -524,7 +543,6 @@ fn prepare(
     } else {
         Placement::OwnGpus
     };
-    let shape = launch_shape(options, world, placement, identity::min_sms(hellos)?)?;
     let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
     let plan = if custom {
         BufferPlan::new(&caps, world, fallback == Fallback::LoopbackReference)
@@ -540,9 +558,16 @@ fn prepare(
     let kernels = Arc::new(KernelSet::load(
         ctx,
         &compiled,
-        shape.threads,
+        block_size(options, world)?,
         options.programmatic_launch,
     )?);
+    let shape = launch_shape(
+        options,
+        world,
+        placement,
+        identity::min_sms(hellos)?,
+        &[kernels.as_ref()],
+    )?;
     let own = RankMemory::new(ctx, stream, &plan, options.sequence_start)?;
     stream
         .synchronize()
@@ -563,5 +588,38 @@ fn prepare(
 fn announce(rank: usize, options: &Options, message: &str) {
     if rank == 0 && options.log_declines {
         eprintln!("colltune: {message}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_round_compares_every_capacity_of_the_registry() {
+        let fields = layout_fields();
+        for (collective, algo) in registry::implemented_pairs() {
+            let field = capacity_field(collective, algo);
+            assert!(fields.contains(&field), "{field} is not compared");
+        }
+        // The one that a hand-kept list once missed.
+        assert!(fields.contains(&"capacity_all_reduce_two_shot_push".to_string()));
+        // And what the digest writes is what is compared.
+        let caps = Capacities::from_fn(|_, _| crate::vocab::Capacity {
+            max_bytes: 1 << 20,
+            align: 16,
+        });
+        let plan = BufferPlan::new(&caps, 2, false).unwrap();
+        let shape = LaunchShape {
+            threads: 1024,
+            max_blocks: 132,
+        };
+        let digest = layout_digest(Link::NvLink, Fallback::Nccl, true, &caps, &plan, shape);
+        for field in &fields {
+            assert!(
+                digest.get(field).is_some(),
+                "{field} is compared but never sent"
+            );
+        }
     }
 }

@@ -1,21 +1,24 @@
-//! One rank of a world: its stream, its kernels, its view of the registered
-//! buffers, NCCL (or the loopback reference) and the policy.
+//! One rank of a world: what its GPU work depends on ([`RankResources`]:
+//! stream, kernels, registered buffers, NCCL, health), shared with every graph
+//! captured on it, and the handle an engine drives ([`RankComm`]).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cudarc::driver::{CudaEvent, CudaGraph, CudaStream, sys};
+use cudarc::driver::{CudaEvent, CudaStream, sys};
 
+use super::capture::{Captured, Lifeline};
+use super::health::Health;
 use super::options::{Fallback, Options};
 use super::process::Membership;
 use super::registration::Registration;
 use crate::algorithms::CollArgs;
 use crate::drain::{drain_within, wait_within};
 use crate::error::{DriverContext, Error, Result};
+use crate::memory::MappedHostWords;
 use crate::module::KernelSet;
 use crate::nccl::{Ended, NcclComm};
-use crate::protocol::fault::DeviceFault;
+use crate::protocol::host;
 use crate::protocol::launch::LaunchShape;
 use crate::protocol::layout::Capacities;
 use crate::selection::Selector;
@@ -29,11 +32,25 @@ pub(crate) struct WorldShared {
     pub(crate) fallback: Fallback,
 }
 
-/// One rank of a world. Send it to the thread that drives it; calls on one rank
-/// must not overlap (they take `&mut self`), and every rank of a world must issue
-/// the same sequence of collectives (same collective, size, dtype and selection),
-/// as with NCCL.
-pub struct RankComm {
+/// Everything a rank's queued or captured GPU work uses. It lives as long as
+/// the [`RankComm`] or any graph captured on it ([`Captured`], [`Lifeline`]):
+/// a replay can never reach freed buffers, closed mappings, an unloaded module
+/// or a destroyed NCCL communicator. Dropping it ends the rank (bounded; see
+/// `Drop`).
+pub(crate) struct RankResources {
+    pub(crate) rank: usize,
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) kernels: Arc<KernelSet>,
+    pub(crate) shared: Arc<WorldShared>,
+    pub(crate) nccl: Option<NcclComm>,
+    /// A world of processes: how this rank talks to the others (the goodbye).
+    pub(crate) membership: Mutex<Option<Membership>>,
+    pub(crate) health: Health,
+    pub(crate) options: Options,
+}
+
+/// Everything [`RankComm::new`] needs.
+pub(crate) struct RankParts {
     pub(crate) rank: usize,
     pub(crate) world_size: usize,
     pub(crate) stream: Arc<CudaStream>,
@@ -42,17 +59,33 @@ pub struct RankComm {
     pub(crate) shape: LaunchShape,
     pub(crate) kernels: Arc<KernelSet>,
     pub(crate) shared: Arc<WorldShared>,
-    pub(crate) base_args: CollArgs,
     pub(crate) nccl: Option<NcclComm>,
+    pub(crate) membership: Option<Membership>,
     pub(crate) selector: Selector,
     pub(crate) options: Options,
-    /// A world of processes: how this rank talks to the others (the goodbye).
-    pub(crate) membership: Option<Membership>,
-    /// Set once `check` reported an error (a device timeout, a stream that did
-    /// not drain, an NCCL asynchronous error): the world is out of step for
-    /// good, so drop skips the goodbye the peers will not answer and aborts
-    /// NCCL instead of finalising it.
-    pub(crate) broken: AtomicBool,
+}
+
+/// One rank of a world. Send it to the thread that drives it; calls on one rank
+/// must not overlap (they take `&mut self`), and every rank of a world must issue
+/// the same sequence of collectives (same collective, size, dtype and selection),
+/// as with NCCL: block 0 of every custom kernel checks that it does, and a rank
+/// that does not gets [`Error::Mismatch`] naming both calls.
+///
+/// Once a rank knows of a fault (a peer that did not arrive, a mismatch, an
+/// NCCL error, a launch that failed), every later call, replay and
+/// [`check`](RankComm::check) returns that first fault and launches nothing;
+/// kernels that were already queued mark their outputs as failed (all bits
+/// set: a NaN in every dtype) instead of leaving stale values. The world is
+/// unusable then: build a new one.
+pub struct RankComm {
+    pub(crate) rank: usize,
+    pub(crate) world_size: usize,
+    pub(crate) arch: Arch,
+    pub(crate) link: Link,
+    pub(crate) shape: LaunchShape,
+    pub(crate) base_args: CollArgs,
+    pub(crate) selector: Selector,
+    pub(crate) res: Arc<RankResources>,
 }
 
 impl std::fmt::Debug for RankComm {
@@ -62,12 +95,56 @@ impl std::fmt::Debug for RankComm {
             .field("world_size", &self.world_size)
             .field("arch", &self.arch)
             .field("link", &self.link)
-            .field("fallback", &self.shared.fallback)
+            .field("fallback", &self.res.shared.fallback)
             .finish_non_exhaustive()
     }
 }
 
 impl RankComm {
+    /// Assembles a rank: its fault mirror in pinned host memory, then the
+    /// call-independent kernel arguments.
+    pub(crate) fn new(parts: RankParts) -> Result<RankComm> {
+        let RankParts {
+            rank,
+            world_size,
+            stream,
+            arch,
+            link,
+            shape,
+            kernels,
+            shared,
+            nccl,
+            membership,
+            selector,
+            options,
+        } = parts;
+        let mirror = MappedHostWords::alloc(stream.context(), host::WORDS, host::BYTES)?;
+        let health = Health::new(rank, options.timeout, mirror);
+        let timeout_ns = options.timeout.as_nanos().min(u64::MAX as u128) as u64;
+        let base_args = shared
+            .registration
+            .base_args(rank, timeout_ns, health.mirror_ptr());
+        Ok(RankComm {
+            rank,
+            world_size,
+            arch,
+            link,
+            shape,
+            base_args,
+            selector,
+            res: Arc::new(RankResources {
+                rank,
+                stream,
+                kernels,
+                shared,
+                nccl,
+                membership: Mutex::new(membership),
+                health,
+                options,
+            }),
+        })
+    }
+
     pub fn rank(&self) -> usize {
         self.rank
     }
@@ -78,7 +155,7 @@ impl RankComm {
 
     /// The stream every call of this rank is ordered on.
     pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+        &self.res.stream
     }
 
     pub fn arch(&self) -> Arch {
@@ -94,7 +171,7 @@ impl RankComm {
     /// What runs NCCL-selected and declined calls. A call run by the fallback
     /// reports [`Algo::Nccl`](policy::Algo::Nccl) in either case.
     pub fn fallback_kind(&self) -> Fallback {
-        self.shared.fallback
+        self.res.shared.fallback
     }
 
     /// Threads per block and blocks per kernel this world launches.
@@ -103,73 +180,119 @@ impl RankComm {
     }
 
     pub fn options(&self) -> &Options {
-        &self.options
+        &self.res.options
+    }
+
+    /// Whether launches use programmatic dependent launch (asked for in
+    /// [`Options::programmatic_launch`] and available: sm_90 and later).
+    pub fn programmatic_launch(&self) -> bool {
+        self.res.kernels.programmatic()
+    }
+
+    /// The first fault this rank knows of, without waiting: what every call
+    /// returns from now on. `Ok` when none is known yet (use
+    /// [`check`](RankComm::check) to wait for queued work first).
+    pub fn health(&self) -> Result<()> {
+        self.known_fault()
     }
 
     /// Waits (bounded by `Options::drain_timeout`) until every call issued so far
     /// on this rank has finished, then reports what went wrong on the device:
     /// a peer that did not arrive within `Options::timeout` becomes
-    /// [`Error::Timeout`]. Not to be called while the stream is being captured.
+    /// [`Error::Timeout`], a peer that made another call [`Error::Mismatch`],
+    /// a peer that had failed first [`Error::PeerFault`]. Not to be called
+    /// while the stream is being captured.
     ///
-    /// Any error it returns (a device timeout, a stream that did not drain, an
-    /// NCCL asynchronous error) breaks the world for good: dropping this rank
-    /// then aborts NCCL and waits for no peer.
+    /// Any error it returns breaks the world for good: every later call
+    /// returns it, and dropping this rank aborts NCCL and waits for no peer.
     pub fn check(&self) -> Result<()> {
-        let outcome = self.check_inner();
-        if outcome.is_err() {
-            self.broken.store(true, Ordering::Relaxed);
+        self.known_fault()?;
+        if let Err(e) = self.wait_bounded(None) {
+            return Err(self.res.health.fail(e));
         }
-        outcome
-    }
-
-    fn check_inner(&self) -> Result<()> {
-        self.drain()?;
-        let (error, info) = self.shared.registration.error_words(self.rank)?;
-        if let Some(fault) = DeviceFault::decode(error, info) {
-            return Err(Error::Timeout {
-                rank: self.rank,
-                peer: fault.peer(),
-                during: fault.describe(),
-                timeout: self.options.timeout,
-            });
-        }
-        if let Some(nccl) = &self.nccl {
-            nccl.async_error()?;
-        }
-        Ok(())
+        self.known_fault()
     }
 
     /// Waits (bounded by `Options::drain_timeout`, ended early by an NCCL
     /// asynchronous error) until `event`, recorded on this rank's stream, has
     /// completed: what a pipeline of graph replays uses to keep only a few
-    /// replays queued without draining the stream. Unlike [`check`](Self::check)
-    /// it does not read the device's fault words (a cheap wait per replay); a
-    /// later `check()` does. An error breaks the world, as `check()`'s do.
+    /// replays queued without draining the stream. An error breaks the world,
+    /// as `check()`'s do.
     ///
     /// A pipeline needs it because a launch into a full stream queue blocks in
     /// the driver with no bound: when a kernel waits for a lost peer forever
     /// (an NCCL kernel does), hundreds of queued replays fill the queue and
     /// the next launch never returns, long before the next `check()`.
     pub fn wait_for(&self, event: &CudaEvent) -> Result<()> {
-        let outcome = self.wait_bounded(Some(event));
-        if outcome.is_err() {
-            self.broken.store(true, Ordering::Relaxed);
+        self.known_fault()?;
+        match self.wait_bounded(Some(event)) {
+            Ok(()) => self.known_fault(),
+            Err(e) => Err(self.res.health.fail(e)),
         }
-        outcome
     }
 
-    /// Waits for the stream with a deadline instead of blocking in the driver,
-    /// so a hang the kernels cannot bound still ends in an error. NCCL's
-    /// asynchronous errors (a failed peer) end the wait early.
-    fn drain(&self) -> Result<()> {
-        self.wait_bounded(None)
+    /// The first fault known to this rank: its own record, the device's
+    /// mirror, an NCCL asynchronous error. Cheap enough for every call.
+    pub(crate) fn known_fault(&self) -> Result<()> {
+        self.res.known_fault()
     }
 
     /// `event`'s completion, or (`None`) everything issued so far, bounded by
     /// `Options::drain_timeout`.
     fn wait_bounded(&self, event: Option<&CudaEvent>) -> Result<()> {
+        self.res.wait_bounded(event, self.res.options.drain_timeout)
+    }
+
+    /// Captures what `calls` issues on this rank's stream into a CUDA graph
+    /// (replay it with [`Captured::launch`]). Every algorithm captures:
+    /// kernels find their buffers and counters in device memory, so a replay
+    /// needs no host work. The graph keeps this rank's buffers, mappings,
+    /// kernels and NCCL alive for as long as it exists, and a replay on a rank
+    /// that has failed is refused. Tensors used inside should be allocated
+    /// with cudarc's event tracking disabled (as cudarc requires for any
+    /// capture).
+    pub fn capture(&mut self, calls: impl FnOnce(&mut RankComm) -> Result<()>) -> Result<Captured> {
+        self.known_fault()?;
+        let stream = self.res.stream.clone();
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .during("beginning a stream capture")?;
+        let issued = calls(self);
+        // End the capture even if issuing failed, so the stream stays usable.
+        let ended = stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .during("ending a stream capture");
+        issued?;
+        let graph =
+            ended?.ok_or_else(|| Error::Unsupported("the capture recorded no work".into()))?;
+        Ok(Captured::new(graph, self.lifeline()))
+    }
+
+    /// A handle that keeps this rank's resources alive: an engine that
+    /// captures this rank's calls into a graph of its own (capturing its own
+    /// stream) stores one with the graph, so that the graph can never replay
+    /// into freed memory, whatever is dropped first.
+    pub fn lifeline(&self) -> Lifeline {
+        Lifeline::new(self.res.clone())
+    }
+}
+
+impl RankResources {
+    pub(crate) fn known_fault(&self) -> Result<()> {
+        self.health.check()?;
+        if let Some(nccl) = &self.nccl
+            && let Err(e) = nccl.async_error()
+        {
+            return Err(self.health.fail(e));
+        }
+        Ok(())
+    }
+
+    /// Waits for the stream with a deadline instead of blocking in the
+    /// driver, so a hang the kernels cannot bound still ends in an error.
+    /// NCCL's asynchronous errors end the wait early.
+    fn wait_bounded(&self, event: Option<&CudaEvent>, limit: Duration) -> Result<()> {
         let poll = || self.nccl.as_ref().map_or(Ok(()), |n| n.async_error());
-        let limit = self.options.drain_timeout;
         let done = match event {
             Some(event) => wait_within(event, limit, poll)?,
             None => drain_within(&self.stream, limit, poll)?,
@@ -187,58 +310,48 @@ impl RankComm {
             })
         }
     }
-
-    /// Captures what `calls` issues on this rank's stream into a CUDA graph
-    /// (replay it with `CudaGraph::launch`, on this stream). Every algorithm
-    /// captures: kernels find their buffers and counters in device memory, so a
-    /// replay needs no host work. Tensors used inside should be allocated with
-    /// cudarc's event tracking disabled (as cudarc requires for any capture).
-    pub fn capture(
-        &mut self,
-        calls: impl FnOnce(&mut RankComm) -> Result<()>,
-    ) -> Result<CudaGraph> {
-        self.stream
-            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .during("beginning a stream capture")?;
-        let issued = calls(self);
-        // End the capture even if issuing failed, so the stream stays usable.
-        let ended = self
-            .stream
-            .end_capture(sys::CUgraphInstantiate_flags(0))
-            .during("ending a stream capture");
-        issued?;
-        ended?.ok_or_else(|| Error::Unsupported("the capture recorded no work".into()))
-    }
 }
 
-impl Drop for RankComm {
+impl Drop for RankResources {
     /// Bounded, whatever state the world is in (kernels/GPU.md, "Bounded
-    /// waits"): a healthy rank drains its stream (`Options::drain_timeout`),
-    /// says goodbye (`Options::join_timeout`) and finalises NCCL
-    /// (`nccl::TEARDOWN_BOUND`, 10 s); a broken one (or one
-    /// whose drain or goodbye failed) aborts NCCL at once, which ends NCCL
-    /// kernels still waiting for a peer, and frees its memory only if the
-    /// stream then drains within a short bound, else leaks it.
+    /// waits" and "Freeing in order"). A healthy rank drains its stream
+    /// (`Options::drain_timeout`); in a world of processes it then closes its
+    /// mappings of the peers' buffers and says goodbye (`Options::join_timeout`),
+    /// so its own exported buffers are freed only once every peer has closed
+    /// its mappings of them; then it finalises NCCL (`nccl::TEARDOWN_BOUND`).
+    /// A broken rank (or one whose drain or goodbye failed) aborts NCCL at
+    /// once, which ends NCCL kernels still waiting for a peer, never frees
+    /// memory it exported (peers' queued kernels may still store into it) and
+    /// frees the rest only if its stream then drains within a short bound.
     fn drop(&mut self) {
-        let mut broken = self.broken.load(Ordering::Relaxed);
+        let mut broken = self.health.is_broken();
         // A stream that does not drain holds work waiting for a peer that never
         // called: the world is broken.
-        if !broken && self.drain().is_err() {
+        if !broken && self.wait_bounded(None, self.options.drain_timeout).is_err() {
             broken = true;
         }
-        // A world of processes frees this rank's memory only once every peer has
-        // finished reading it: peers say goodbye after draining their streams.
-        // Skipped when broken: the peers will not all answer.
-        if !broken
-            && let Some(membership) = &mut self.membership
-            && let Err(e) = membership.leave(self.nccl.as_ref(), &self.stream)
-        {
-            eprintln!(
-                "colltune: rank {}: no goodbye from every peer ({e}); aborting NCCL and freeing \
-                 anyway",
-                self.rank
-            );
-            broken = true;
+        let membership = self
+            .membership
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(mut membership) = membership {
+            if !broken {
+                // Nothing of this rank runs any more: close the peers' buffers,
+                // then tell the peers so.
+                self.shared.registration.close_peer_mappings();
+                if let Err(e) = membership.leave(self.nccl.as_ref(), &self.stream) {
+                    eprintln!(
+                        "colltune: rank {}: no goodbye from every peer ({e}); keeping this \
+                         rank's exported buffers (a peer may still use them) and aborting NCCL",
+                        self.rank
+                    );
+                    broken = true;
+                }
+            }
+            if broken {
+                self.shared.registration.keep_exported();
+            }
         }
         // NCCL before the memory: aborting it ends its kernels, so the stream
         // can drain; finalising it (healthy) is bounded and aborts when late.
@@ -249,12 +362,13 @@ impl Drop for RankComm {
         if broken {
             // Kernels queued after a fault return at once; one still waiting
             // ends within `timeout`. Anything longer means work that will never
-            // end: leak the registered memory rather than wait on it.
+            // end: leak the memory its kernels use rather than wait on it.
             let bound = self.options.timeout * 2 + Duration::from_secs(1);
             let drained =
                 !nccl_may_run && matches!(drain_within(&self.stream, bound, || Ok(())), Ok(true));
             if !drained {
                 self.shared.registration.wedge();
+                self.health.leak_mirror();
             }
         }
     }

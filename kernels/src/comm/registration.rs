@@ -5,15 +5,15 @@
 //! this process address each other's allocations directly, peers in other
 //! processes map them with CUDA IPC.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::algorithms::CollArgs;
 use crate::drain::drain_within;
-use crate::error::{DriverContext, Result};
+use crate::error::{DriverContext, Error, Result};
 use crate::ipc::{IpcHandle, PeerMapping};
 use crate::memory::DeviceBuffer;
 use crate::protocol::layout::BufferPlan;
@@ -40,10 +40,11 @@ impl RankMemory {
         plan: &BufferPlan,
         sequence_start: u64,
     ) -> Result<RankMemory> {
+        let [ctrl_bytes, push_bytes, staging_bytes] = region_bytes(plan)?;
         let memory = RankMemory {
-            ctrl: DeviceBuffer::alloc(ctx, ctrl::BYTES)?,
-            push: DeviceBuffer::alloc(ctx, plan.push_region_bytes() as usize)?,
-            staging: DeviceBuffer::alloc(ctx, plan.staging_region_bytes() as usize)?,
+            ctrl: DeviceBuffer::alloc(ctx, ctrl_bytes)?,
+            push: DeviceBuffer::alloc(ctx, push_bytes)?,
+            staging: DeviceBuffer::alloc(ctx, staging_bytes)?,
         };
         memory
             .ctrl
@@ -81,13 +82,32 @@ pub(crate) struct MappedMemory {
 }
 
 impl MappedMemory {
-    /// Opens the three handles `RankMemory::ipc_handles` gave in the peer.
-    pub(crate) fn open(ctx: &Arc<CudaContext>, handles: &[IpcHandle; 3]) -> Result<MappedMemory> {
-        Ok(MappedMemory {
+    /// Opens the three handles `RankMemory::ipc_handles` gave in the peer, and
+    /// checks that each mapping is at least as large as `plan` says the
+    /// peer's buffer is (kernels address it by the plan: a smaller one would
+    /// be written out of bounds).
+    pub(crate) fn open(
+        ctx: &Arc<CudaContext>,
+        handles: &[IpcHandle; 3],
+        plan: &BufferPlan,
+    ) -> Result<MappedMemory> {
+        let memory = MappedMemory {
             ctrl: PeerMapping::open(ctx, &handles[0])?,
             push: PeerMapping::open(ctx, &handles[1])?,
             staging: PeerMapping::open(ctx, &handles[2])?,
-        })
+        };
+        let expected = region_bytes(plan)?;
+        let mapped = [&memory.ctrl, &memory.push, &memory.staging];
+        for ((name, mapping), need) in BUFFER_NAMES.iter().zip(mapped).zip(expected) {
+            let size = mapping.size()?;
+            if size < need {
+                return Err(Error::Mismatch(format!(
+                    "the peer's {name} buffer maps {size} bytes, but this world's plan needs \
+                     {need}"
+                )));
+            }
+        }
+        Ok(memory)
     }
 
     fn addresses(&self) -> [u64; 3] {
@@ -99,6 +119,27 @@ impl MappedMemory {
         self.push.leak();
         self.staging.leak();
     }
+}
+
+/// The three registered buffers of a rank, in the order of their handles.
+pub(crate) const BUFFER_NAMES: [&str; 3] = ["ctrl", "push", "staging"];
+
+/// Bytes of a rank's control block, push region and staging region under
+/// `plan`, each checked to fit this machine's address space.
+fn region_bytes(plan: &BufferPlan) -> Result<[usize; 3]> {
+    let fit = |what: &str, bytes: Option<u64>| {
+        bytes.and_then(|b| usize::try_from(b).ok()).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "the {what} region this world's capacities need does not fit the address \
+                     space (a capacity is too large)"
+            ))
+        })
+    };
+    Ok([
+        ctrl::BYTES,
+        fit("push", plan.push_region_bytes())?,
+        fit("staging", plan.staging_region_bytes())?,
+    ])
 }
 
 /// Where one rank's buffers come from, as seen by this process.
@@ -125,11 +166,16 @@ impl Slot {
 /// last of them is dropped. In a world of processes, this rank's memory is
 /// owned and every peer's is mapped.
 pub(crate) struct Registration {
-    slots: Vec<Slot>,
+    /// Locked only to close mappings or free: kernels use the addresses
+    /// taken when the world was built ([`Registration::base_args`]).
+    slots: Mutex<Vec<Slot>>,
     streams: Vec<Arc<CudaStream>>,
     plan: BufferPlan,
     /// Set when a stream never drained: drop then leaks instead of waiting.
     wedged: AtomicBool,
+    /// Set when peers in other processes may still use this process's own
+    /// buffers: drop then leaks them (see [`Registration::keep_exported`]).
+    keep_exported: AtomicBool,
 }
 
 impl Registration {
@@ -166,10 +212,11 @@ impl Registration {
         plan: BufferPlan,
     ) -> Registration {
         Registration {
-            slots,
+            slots: Mutex::new(slots),
             streams,
             plan,
             wedged: AtomicBool::new(false),
+            keep_exported: AtomicBool::new(false),
         }
     }
 
@@ -178,38 +225,50 @@ impl Registration {
         self.wedged.store(true, Ordering::Relaxed);
     }
 
+    /// Makes drop leak this process's own buffers of a world of processes:
+    /// a broken world, or one whose goodbye failed, cannot know that every
+    /// peer has closed its mappings, and a peer's queued kernels would store
+    /// into freed (and maybe reused) memory.
+    pub(crate) fn keep_exported(&self) {
+        self.keep_exported.store(true, Ordering::Relaxed);
+    }
+
+    /// Closes the mappings of peers' buffers (a world of processes). Only once
+    /// nothing of this process uses them: its streams have drained.
+    pub(crate) fn close_peer_mappings(&self) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        for slot in slots.iter_mut() {
+            if matches!(slot, Slot::Mapped(_)) {
+                // Dropping the mapping closes it.
+                *slot = Slot::Absent;
+            }
+        }
+    }
+
     pub(crate) fn plan(&self) -> &BufferPlan {
         &self.plan
     }
 
-    /// The call-independent kernel arguments of `rank`.
-    pub(crate) fn base_args(&self, rank: usize, timeout_ns: u64) -> CollArgs {
+    /// The call-independent kernel arguments of `rank`, whose kernels mirror
+    /// their faults to `host_fault`.
+    pub(crate) fn base_args(&self, rank: usize, timeout_ns: u64, host_fault: u64) -> CollArgs {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let mut args = CollArgs {
             slot_bytes: self.plan.slot_bytes,
             staging_bytes: self.plan.staging_half_bytes,
             timeout_ns,
+            host_fault,
             rank: rank as u32,
-            world: self.slots.len() as u32,
+            world: slots.len() as u32,
             ..CollArgs::default()
         };
-        for (r, slot) in self.slots.iter().enumerate() {
+        for (r, slot) in slots.iter().enumerate() {
             let [ctrl, push, staging] = slot.addresses();
             args.ctrls[r] = ctrl;
             args.push_bufs[r] = push;
             args.staging[r] = staging;
         }
         args
-    }
-
-    /// The two error words of `rank`'s control block. Only meaningful once that
-    /// rank's stream has drained.
-    pub(crate) fn error_words(&self, rank: usize) -> Result<(u32, u32)> {
-        let mut words = [0u32; 2];
-        match &self.slots[rank] {
-            Slot::Owned(memory) => memory.ctrl.read_words(ctrl::ERROR, &mut words)?,
-            _ => unreachable!("a rank reads only its own control block"),
-        }
-        Ok((words[0], words[1]))
     }
 }
 
@@ -230,17 +289,17 @@ impl Drop for Registration {
                 .streams
                 .iter()
                 .all(|stream| matches!(drain_within(stream, FREE_BOUND, || Ok(())), Ok(true)));
-        if !drained {
-            // Some stream never drained: freeing (or closing a mapping) could
-            // wait for it forever or pull memory from under a running kernel.
-            // Give the memory up; it returns to the driver when the process
-            // exits.
-            for slot in self.slots.drain(..) {
-                match slot {
-                    Slot::Owned(m) => m.leak(),
-                    Slot::Mapped(m) => m.leak(),
-                    Slot::Absent => {}
-                }
+        let keep_exported = self.keep_exported.load(Ordering::Relaxed);
+        let slots = self.slots.get_mut().unwrap_or_else(|p| p.into_inner());
+        for slot in slots.drain(..) {
+            match slot {
+                // Some stream never drained: freeing (or closing a mapping)
+                // could wait for it forever or pull memory from under a
+                // running kernel. Give the memory up; it returns to the driver
+                // when the process exits.
+                Slot::Owned(m) if !drained || keep_exported => m.leak(),
+                Slot::Mapped(m) if !drained => m.leak(),
+                other => drop(other),
             }
         }
     }

@@ -1,12 +1,11 @@
 //! Building a world: the ranks, their registered buffers, kernels and NCCL.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
 
 use super::options::{Fallback, Options};
-use super::rank::{RankComm, WorldShared};
+use super::rank::{RankComm, RankParts, WorldShared};
 use super::registration::Registration;
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
@@ -14,7 +13,9 @@ use crate::module::{self, KernelSet};
 use crate::nccl::NcclComm;
 use crate::peer;
 use crate::protocol::MAX_WORLD;
-use crate::protocol::launch::{LaunchShape, Placement};
+use crate::protocol::launch::{
+    LaunchShape, Placement, Residency, default_threads, validate_threads,
+};
 use crate::protocol::layout::{BufferPlan, Capacities};
 use crate::selection::{self, Selector};
 use crate::vocab::{Arch, Link};
@@ -45,7 +46,7 @@ impl World {
         let placement = Placement::Shared {
             ranks_per_gpu: world_size,
         };
-        let shape = launch_shape(&options, world_size, placement, sm_count(&ctx)?)?;
+        let threads = block_size(&options, world_size)?;
         let link = Link::Loopback;
         let fallback = if world_size == 1 {
             Fallback::Nccl
@@ -59,9 +60,16 @@ impl World {
         let kernels = Arc::new(KernelSet::load(
             &ctx,
             &compiled,
-            shape.threads,
+            threads,
             options.programmatic_launch,
         )?);
+        let shape = launch_shape(
+            &options,
+            world_size,
+            placement,
+            sm_count(&ctx)?,
+            &[kernels.as_ref()],
+        )?;
         let streams = (0..world_size)
             .map(|_| ctx.new_stream())
             .collect::<std::result::Result<Vec<_>, _>>()
@@ -69,7 +77,7 @@ impl World {
         let contexts = vec![ctx.clone(); world_size];
         let registration = Registration::new(&contexts, &streams, plan, options.sequence_start)?;
         let nccl = if world_size == 1 {
-            NcclComm::init_all(&[ctx.ordinal() as i32])?
+            NcclComm::init_all(&[ctx.ordinal() as i32], options.nccl_blocking)?
                 .into_iter()
                 .map(Some)
                 .collect()
@@ -138,7 +146,7 @@ impl World {
         for ctx in &contexts {
             sms = sms.min(sm_count(ctx)?);
         }
-        let shape = launch_shape(&options, world_size, Placement::OwnGpus, sms)?;
+        let threads = block_size(&options, world_size)?;
         let topology = peer::connect(&contexts)?;
         // One GPU has no link: `connect` calls that world `Loopback`.
         let link = topology.link;
@@ -156,15 +164,16 @@ impl World {
         let kernel_sets = contexts
             .iter()
             .map(|ctx| {
-                KernelSet::load(ctx, &compiled, shape.threads, options.programmatic_launch)
-                    .map(Arc::new)
+                KernelSet::load(ctx, &compiled, threads, options.programmatic_launch).map(Arc::new)
             })
             .collect::<Result<Vec<_>>>()?;
+        let loaded: Vec<&KernelSet> = kernel_sets.iter().map(|k| k.as_ref()).collect();
+        let shape = launch_shape(&options, world_size, Placement::OwnGpus, sms, &loaded)?;
         let registration = Registration::new(&contexts, &streams, plan, options.sequence_start)?;
         let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();
         // A collective NCCL answers with "in progress" (still connecting) is
         // bounded like the joining of a world of processes.
-        let nccl = NcclComm::init_all(&ordinals)?
+        let nccl = NcclComm::init_all(&ordinals, options.nccl_blocking)?
             .into_iter()
             .map(|mut comm| {
                 comm.set_call_bound(options.join_timeout);
@@ -224,29 +233,29 @@ fn assemble(
     options: Options,
 ) -> Result<Vec<RankComm>> {
     let world_size = streams.len();
-    let timeout_ns = options.timeout.as_nanos().min(u64::MAX as u128) as u64;
-    let mut ranks = Vec::with_capacity(world_size);
-    for (rank, ((stream, kernels), nccl)) in
-        streams.into_iter().zip(kernel_sets).zip(nccl).enumerate()
-    {
-        ranks.push(RankComm {
-            rank,
-            world_size,
-            stream,
-            arch,
-            link,
-            shape,
-            kernels,
-            base_args: shared.registration.base_args(rank, timeout_ns),
-            shared: shared.clone(),
-            nccl,
-            selector: Selector::from_env()?,
-            options: options.clone(),
-            membership: None,
-            broken: AtomicBool::new(false),
-        });
-    }
-    Ok(ranks)
+    let selector = Selector::from_env()?;
+    streams
+        .into_iter()
+        .zip(kernel_sets)
+        .zip(nccl)
+        .enumerate()
+        .map(|(rank, ((stream, kernels), nccl))| {
+            RankComm::new(RankParts {
+                rank,
+                world_size,
+                stream,
+                arch,
+                link,
+                shape,
+                kernels,
+                shared: shared.clone(),
+                nccl,
+                membership: None,
+                selector,
+                options: options.clone(),
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn check_world_size(world_size: usize) -> Result<()> {
@@ -259,22 +268,49 @@ pub(crate) fn check_world_size(world_size: usize) -> Result<()> {
     }
 }
 
+/// The block size of a world of `world_size` ranks: `options.threads`, or the
+/// largest its build allows, checked.
+pub(crate) fn block_size(options: &Options, world_size: usize) -> Result<u32> {
+    validate_threads(
+        options.threads.unwrap_or(default_threads(world_size)),
+        world_size,
+    )
+    .map_err(Error::Unsupported)
+}
+
 /// The launch shape of a world of `world_size` ranks placed as `placement`
-/// says (the block size follows the world's build, the block count the
-/// placement): the defaults, overridden by `options`, then checked.
+/// says, once its kernels are loaded (one set per context; their occupancy
+/// at the block size bounds what can be resident): the default, or
+/// `options.blocks`, checked.
 pub(crate) fn launch_shape(
     options: &Options,
     world_size: usize,
     placement: Placement,
     sms: u32,
+    kernels: &[&KernelSet],
 ) -> Result<LaunchShape> {
-    let default = LaunchShape::default_for(world_size, placement, sms);
+    let threads = block_size(options, world_size)?;
+    let blocks_per_sm = kernels
+        .iter()
+        .map(|k| k.blocks_per_sm().0)
+        .min()
+        .unwrap_or(0);
+    let residency = Residency {
+        placement,
+        sm_count: sms,
+        blocks_per_sm,
+        programmatic: kernels.iter().any(|k| k.programmatic()),
+    };
+    let default = LaunchShape::default_for(threads, &residency);
     LaunchShape {
-        threads: options.threads.unwrap_or(default.threads),
+        threads,
         max_blocks: options.blocks.unwrap_or(default.max_blocks),
     }
-    .validate(world_size, placement, sms)
-    .map_err(Error::Unsupported)
+    .validate(world_size, &residency)
+    .map_err(|why| {
+        let heaviest = kernels.first().map_or("", |k| k.blocks_per_sm().1);
+        Error::Unsupported(format!("{why} (the heaviest kernel is {heaviest})"))
+    })
 }
 
 /// The compute capability of `ctx`'s device as an [`Arch`].

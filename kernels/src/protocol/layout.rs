@@ -63,6 +63,11 @@ impl Capacities {
     }
 }
 
+/// Largest capacity buffers are planned for (1 TiB, the schema's
+/// `Capacity::MAX_BYTES`): a tuned file cannot declare more, and this guards
+/// tables built any other way before any size arithmetic could overflow.
+pub const MAX_CAPACITY: u64 = Capacity::MAX_BYTES;
+
 /// Smallest staging half a loopback world gets, whatever the capacities: the
 /// loopback reference collective moves any message through it in chunks.
 pub const REFERENCE_MIN_HALF_BYTES: u64 = 1 << 20;
@@ -89,6 +94,14 @@ impl BufferPlan {
         for (collective, algo) in registry::implemented_pairs() {
             let custom = registry::custom(algo).expect("implemented pairs are custom");
             let max_bytes = caps.of(collective, algo).max_bytes;
+            if max_bytes > MAX_CAPACITY {
+                return Err(format!(
+                    "the {} capacity of {} is {max_bytes} bytes, above the {MAX_CAPACITY} bytes \
+                     (1 TiB) the kernels' buffers may be planned for",
+                    algo.name(),
+                    collective.name()
+                ));
+            }
             let per_rank = round_down(collective.per_rank_size(world as u64, max_bytes));
             let need = (custom.footprint)(per_rank, world);
             let room = match custom.region {
@@ -103,25 +116,33 @@ impl BufferPlan {
         // The push kernels record bytes per slot in a 32-bit control word.
         if slot_bytes > u32::MAX as u64 {
             return Err(format!(
-                "one_shot_push capacity of {slot_bytes} bytes per rank exceeds the 4 GiB the \
-                 kernels track"
+                "push slots of {slot_bytes} bytes per rank exceed the 4 GiB the kernels track \
+                 (a push algorithm's capacity is too large)"
             ));
         }
-        Ok(BufferPlan {
+        let plan = BufferPlan {
             world,
             slot_bytes,
             staging_half_bytes,
-        })
+        };
+        if plan.push_region_bytes().is_none() || plan.staging_region_bytes().is_none() {
+            return Err(format!(
+                "the registered buffers of a world of {world} would exceed 2^64 bytes"
+            ));
+        }
+        Ok(plan)
     }
 
-    /// Bytes of one rank's push region.
-    pub fn push_region_bytes(&self) -> u64 {
-        PUSH_BUFFERS * self.world as u64 * self.slot_bytes
+    /// Bytes of one rank's push region; `None` if it does not fit 64 bits.
+    pub fn push_region_bytes(&self) -> Option<u64> {
+        PUSH_BUFFERS
+            .checked_mul(self.world as u64)?
+            .checked_mul(self.slot_bytes)
     }
 
-    /// Bytes of one rank's staging region.
-    pub fn staging_region_bytes(&self) -> u64 {
-        STAGING_HALVES * self.staging_half_bytes
+    /// Bytes of one rank's staging region; `None` if it does not fit 64 bits.
+    pub fn staging_region_bytes(&self) -> Option<u64> {
+        STAGING_HALVES.checked_mul(self.staging_half_bytes)
     }
 
     /// Byte offset of slot `slot` of push buffer `buffer` within a push region.
@@ -172,8 +193,8 @@ mod tests {
         assert_eq!(plan.slot_bytes, 8 * MIB);
         // Two-shot needs a scatter and a gather area of 64 MiB each.
         assert_eq!(plan.staging_half_bytes, 128 * MIB);
-        assert_eq!(plan.push_region_bytes(), 3 * 8 * 8 * MIB);
-        assert_eq!(plan.staging_region_bytes(), 256 * MIB);
+        assert_eq!(plan.push_region_bytes(), Some(3 * 8 * 8 * MIB));
+        assert_eq!(plan.staging_region_bytes(), Some(256 * MIB));
     }
 
     #[test]
@@ -219,7 +240,7 @@ mod tests {
             assert_eq!(pair[1] - pair[0], plan.slot_bytes);
         }
         assert_eq!(
-            *offsets.last().unwrap() + plan.slot_bytes,
+            Some(*offsets.last().unwrap() + plan.slot_bytes),
             plan.push_region_bytes()
         );
     }
@@ -235,6 +256,28 @@ mod tests {
     #[test]
     fn oversized_push_capacity_is_refused() {
         assert!(BufferPlan::new(&caps(8 << 30, 0, 0, 0, 0), 2, false).is_err());
+    }
+
+    #[test]
+    fn capacities_that_would_overflow_are_refused_not_wrapped() {
+        // A two_shot_pull capacity of 2^62 once wrapped to a tiny staging
+        // region while the decline rule still let calls through.
+        for huge in [1u64 << 62, u64::MAX, MAX_CAPACITY + 16] {
+            let err = BufferPlan::new(&caps(0, 0, huge, 0, 0), 8, false).unwrap_err();
+            assert!(err.contains("capacity"), "{huge}: {err}");
+        }
+        // The largest capacity allowed plans exactly.
+        let plan = BufferPlan::new(&caps(0, 0, MAX_CAPACITY, 0, 0), 2, false).unwrap();
+        assert_eq!(plan.staging_half_bytes, 2 * MAX_CAPACITY);
+        assert_eq!(plan.staging_region_bytes(), Some(4 * MAX_CAPACITY));
+        // A plan built by hand that overflows says so.
+        let plan = BufferPlan {
+            world: 8,
+            slot_bytes: u64::MAX / 4,
+            staging_half_bytes: u64::MAX,
+        };
+        assert_eq!(plan.push_region_bytes(), None);
+        assert_eq!(plan.staging_region_bytes(), None);
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod reach;
 pub mod registry;
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod sequence;
+pub mod signature;
 
 #[cfg(test)]
 mod model;
@@ -77,17 +78,32 @@ pub const STAGING_HALVES: u64 = 2;
 pub mod ctrl {
     use super::{MAX_BLOCKS, MAX_WORLD};
 
-    /// 0 while healthy; the first device fault (see [`super::fault`]).
+    /// 0 while healthy; the first device fault (see [`super::fault`]). Every
+    /// kernel of the rank reads it first and, when set, only marks its output
+    /// as failed (all-ones bits, a NaN in every dtype) and returns; waiting
+    /// kernels stop when they see it set on their rank or on the peer they
+    /// wait for. The host reads its copy in host memory ([`super::host`]).
     pub const ERROR: usize = 0;
     /// Peer and block of the first fault.
     pub const ERROR_INFO: usize = 1;
+    /// The call handshake's mailbox (u64 each): slot `source` holds rank
+    /// `source`'s value for its latest call (call count mod 256 in the top
+    /// byte, the call signature below: [`super::signature`]), written by its
+    /// block 0 (kernels/cuda/prims.cu).
+    pub const MAILBOX: usize = 8;
     /// Per-block call state: `STATE + block * STATE_WORDS`, 32 bytes each
     /// (loaded as two 16-byte vectors), starting on its own 128-byte line.
     pub const STATE: usize = 32;
     /// Words of one block's call state.
     pub const STATE_WORDS: usize = 8;
-    /// Within a block's state: push buffer of the next push call, in 0..3.
+    /// Within a block's state: the call word, `calls << STATE_CALLS_SHIFT |
+    /// phase`: the push buffer of the next push call (0..3) and how many calls
+    /// the rank has made (block 0's count is the handshake's).
     pub const STATE_PUSH_PHASE: usize = 0;
+    /// Bits of the call word that hold the push phase.
+    pub const STATE_PHASE_MASK: u32 = 3;
+    /// Where the call count starts in the call word.
+    pub const STATE_CALLS_SHIFT: u32 = 2;
     /// Within a block's state: bytes per slot the last push call through each
     /// of the 3 buffers used (3 words).
     pub const STATE_PUSH_USED: usize = 1;
@@ -132,7 +148,26 @@ pub mod ctrl {
     }
 }
 
-/// Where in a kernel a wait timed out.
+/// The words a rank's kernels mirror its first fault into, in pinned host
+/// memory (`CollArgs::host_fault`), so the host learns of a fault by reading
+/// memory, before every call, without a copy or a synchronisation. Written
+/// details first and the error word last, with a system fence between.
+pub mod host {
+    /// The error word (as [`super::ctrl::ERROR`]); 0 while healthy.
+    pub const ERROR: usize = 0;
+    /// Peer and block (as [`super::ctrl::ERROR_INFO`]).
+    pub const INFO: usize = 1;
+    /// A mismatch: this rank's call signature (u64).
+    pub const MINE: usize = 2;
+    /// A mismatch: the peer's call signature (u64).
+    pub const THEIRS: usize = 4;
+    /// Words of the mirror.
+    pub const WORDS: usize = 6;
+    /// Bytes allocated for it (a cache line of its own).
+    pub const BYTES: usize = 64;
+}
+
+/// Where in a kernel a wait stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum WaitPhase {
@@ -140,14 +175,29 @@ pub enum WaitPhase {
     Data = 0,
     Barrier1 = 1,
     Barrier2 = 2,
+    /// Block 0's call handshake.
+    Handshake = 3,
 }
 
-/// Fault kind in the low byte of the error word.
+impl WaitPhase {
+    pub const ALL: [WaitPhase; 4] = [
+        WaitPhase::Data,
+        WaitPhase::Barrier1,
+        WaitPhase::Barrier2,
+        WaitPhase::Handshake,
+    ];
+}
+
+/// Fault kind in the low byte of the error word: a wait passed its bound.
 pub const FAULT_TIMEOUT: u32 = 1;
+/// A peer made another call in the same slot (the handshake saw it).
+pub const FAULT_MISMATCH: u32 = 2;
+/// The peer a wait was for recorded a fault of its own: it will never send.
+pub const FAULT_PEER_FAILED: u32 = 3;
 
 /// The `#define`s the CUDA sources are compiled with.
 pub fn cuda_prelude() -> String {
-    let defines: [(&str, String); 19] = [
+    let defines: [(&str, String); 31] = [
         ("CT_MAX_WORLD", MAX_WORLD.to_string()),
         ("CT_DEAL_WORLD", DEAL_WORLD.to_string()),
         ("CT_DEAL_MIN_BYTES", format!("{DEAL_MIN_BYTES}ull")),
@@ -156,6 +206,23 @@ pub fn cuda_prelude() -> String {
         ("CT_SENTINEL", format!("{SENTINEL:#010x}u")),
         ("CT_CTRL_ERROR", ctrl::ERROR.to_string()),
         ("CT_CTRL_ERROR_INFO", ctrl::ERROR_INFO.to_string()),
+        ("CT_CTRL_MAILBOX", ctrl::MAILBOX.to_string()),
+        (
+            "CT_STATE_PHASE_MASK",
+            format!("{}u", ctrl::STATE_PHASE_MASK),
+        ),
+        (
+            "CT_STATE_CALLS_SHIFT",
+            format!("{}u", ctrl::STATE_CALLS_SHIFT),
+        ),
+        ("CT_HOST_ERROR", host::ERROR.to_string()),
+        ("CT_HOST_INFO", host::INFO.to_string()),
+        ("CT_HOST_MINE", host::MINE.to_string()),
+        ("CT_HOST_THEIRS", host::THEIRS.to_string()),
+        ("CT_SIG_VALID", format!("{:#x}ull", signature::VALID)),
+        ("CT_SIG_MASK", format!("{:#x}ull", signature::MASK)),
+        ("CT_ERR_MISMATCH", format!("{FAULT_MISMATCH}u")),
+        ("CT_ERR_PEER_FAILED", format!("{FAULT_PEER_FAILED}u")),
         ("CT_CTRL_STATE", ctrl::STATE.to_string()),
         ("CT_CTRL_STATE_WORDS", ctrl::STATE_WORDS.to_string()),
         ("CT_STATE_PUSH_PHASE", ctrl::STATE_PUSH_PHASE.to_string()),
@@ -172,6 +239,10 @@ pub fn cuda_prelude() -> String {
         (
             "CT_PHASE_BARRIER_2",
             format!("{}u", WaitPhase::Barrier2 as u32),
+        ),
+        (
+            "CT_PHASE_HANDSHAKE",
+            format!("{}u", WaitPhase::Handshake as u32),
         ),
     ];
     let mut out = String::from("// Generated from kernels::protocol; do not edit.\n");

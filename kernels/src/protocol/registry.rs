@@ -211,9 +211,13 @@ pub fn sentinel_rule(algo: Algo) -> SentinelRule {
 /// multiple of 16) needs in a world of `world` ranks: a scatter area and a
 /// gather area, each of `world` shards of `ceil(packs / world)` packs
 /// (kernels/cuda/two_shot.cu).
+/// Saturates rather than wraps: a need of `u64::MAX` fits no buffer.
 pub const fn two_shot_half_bytes(bytes: u64, world: usize) -> u64 {
     let w = if world == 0 { 1 } else { world as u64 };
-    2 * w * shard_packs(bytes / PACK_BYTES, w) * PACK_BYTES
+    shard_packs(bytes / PACK_BYTES, w)
+        .saturating_mul(PACK_BYTES)
+        .saturating_mul(w)
+        .saturating_mul(2)
 }
 
 /// Bytes of a push slot that a two_shot_push all-reduce of `bytes` (a multiple
@@ -221,11 +225,14 @@ pub const fn two_shot_half_bytes(bytes: u64, world: usize) -> u64 {
 /// copy of shard s, then shard q as reduced by rank q, each of
 /// `ceil(packs / world)` packs (kernels/cuda/two_shot_push.cu). A world of one
 /// sends nothing.
+/// Saturates rather than wraps.
 pub const fn two_shot_push_slot_bytes(bytes: u64, world: usize) -> u64 {
     if world <= 1 {
         return 0;
     }
-    2 * shard_packs(bytes / PACK_BYTES, world as u64) * PACK_BYTES
+    shard_packs(bytes / PACK_BYTES, world as u64)
+        .saturating_mul(PACK_BYTES)
+        .saturating_mul(2)
 }
 
 #[cfg(test)]
@@ -316,6 +323,13 @@ mod tests {
                 assert_eq!(need, 2 * shard);
             }
         }
+    }
+
+    #[test]
+    fn footprints_saturate_instead_of_wrapping() {
+        assert_eq!(two_shot_half_bytes(u64::MAX, 8), u64::MAX);
+        assert_eq!(two_shot_push_slot_bytes(u64::MAX, 2), u64::MAX);
+        assert!(two_shot_half_bytes(1 << 62, 8) >= 1 << 62);
     }
 
     #[test]

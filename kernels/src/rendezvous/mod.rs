@@ -17,6 +17,11 @@ pub use file::FileRendezvous;
 
 use crate::error::Result;
 
+/// The largest blob a rank may send in one round (the configuration digests
+/// and IPC handles are a few kilobytes): a peer's announced length is checked
+/// against it before anything is allocated.
+pub const MAX_BLOB_BYTES: u64 = 1 << 20;
+
 /// An all-gather of byte blobs between the ranks of a world, bounded in time.
 pub trait Rendezvous: Send {
     fn rank(&self) -> usize;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 
-use super::{Rendezvous, check_round_name};
+use super::{MAX_BLOB_BYTES, Rendezvous, check_round_name};
 use crate::drain::drain_within;
 use crate::error::{DriverContext, Error, Result};
 use crate::nccl::NcclComm;
@@ -76,11 +76,14 @@ impl Rendezvous for NcclRendezvous<'_> {
 
     fn exchange(&mut self, round: &str, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         check_round_name(round)?;
+        if mine.len() as u64 > MAX_BLOB_BYTES {
+            return Err(Error::Unsupported(format!(
+                "a rendezvous `{round}` blob of {} bytes is above the {MAX_BLOB_BYTES}-byte cap",
+                mine.len()
+            )));
+        }
         let lengths = self.gather(round, &(mine.len() as u64).to_le_bytes())?;
-        let lengths: Vec<usize> = lengths
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap()) as usize)
-            .collect();
+        let lengths = peer_lengths(&lengths, self.world, round)?;
         let longest = lengths.iter().copied().max().unwrap_or(0).max(1);
         let mut padded = mine.to_vec();
         padded.resize(longest, 0);
@@ -94,5 +97,67 @@ impl Rendezvous for NcclRendezvous<'_> {
 
     fn describe(&self) -> String {
         "NCCL".into()
+    }
+}
+
+/// The blob lengths every rank announced, checked: one per rank, each within
+/// [`MAX_BLOB_BYTES`] (a peer's length decides how much this rank allocates
+/// and reads, so it is never trusted as it comes).
+fn peer_lengths(gathered: &[u8], world: usize, round: &str) -> Result<Vec<usize>> {
+    if gathered.len() != world * 8 {
+        return Err(Error::Mismatch(format!(
+            "the rendezvous `{round}` gathered {} length bytes from {world} ranks",
+            gathered.len()
+        )));
+    }
+    gathered
+        .chunks_exact(8)
+        .enumerate()
+        .map(|(rank, chunk)| {
+            let len = u64::from_le_bytes(chunk.try_into().expect("8-byte chunks"));
+            if len > MAX_BLOB_BYTES {
+                Err(Error::Mismatch(format!(
+                    "rank {rank} announced a `{round}` blob of {len} bytes, above the \
+                     {MAX_BLOB_BYTES}-byte cap (not a rank of this world, or corrupted)"
+                )))
+            } else {
+                Ok(len as usize)
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn announce(lengths: &[u64]) -> Vec<u8> {
+        lengths.iter().flat_map(|l| l.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn peer_lengths_within_the_cap_are_taken() {
+        assert_eq!(
+            peer_lengths(&announce(&[3, 0, MAX_BLOB_BYTES]), 3, "hello").unwrap(),
+            vec![3, 0, MAX_BLOB_BYTES as usize]
+        );
+    }
+
+    #[test]
+    fn a_huge_or_missing_peer_length_is_refused() {
+        // A length that would make `longest * world` overflow, or allocate
+        // gigabytes, never reaches the allocation.
+        for bad in [MAX_BLOB_BYTES + 1, u64::MAX, 1 << 62] {
+            match peer_lengths(&announce(&[4, bad]), 2, "layout") {
+                Err(Error::Mismatch(what)) => {
+                    assert!(what.contains("rank 1 announced"), "{what}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            peer_lengths(&announce(&[4]), 2, "layout"),
+            Err(Error::Mismatch(_))
+        ));
     }
 }

@@ -123,6 +123,16 @@ fn check_capacities(out: &mut Report<'_>, file: &ParsedFile) {
         }
         if cap.max_bytes == 0 {
             out.error(pos.max, "capacity `max` must be greater than 0");
+        } else if cap.max_bytes > Capacity::MAX_BYTES {
+            out.error(
+                pos.max,
+                format!(
+                    "capacity `max` {} is above the largest the kernels' buffers are planned \
+                     for, {}",
+                    format_size(cap.max_bytes),
+                    format_size(Capacity::MAX_BYTES)
+                ),
+            );
         }
         if cap.align == 0 {
             out.error(pos.align, "capacity `align` must be greater than 0");

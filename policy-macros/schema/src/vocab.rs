@@ -330,6 +330,12 @@ pub struct Capacity {
 }
 
 impl Capacity {
+    /// The largest capacity a file may declare (1 TiB): the kernels size
+    /// their registered buffers from capacities, and nothing larger is a
+    /// message a GPU of today holds, so a larger one is a typo or an
+    /// overflow waiting to happen.
+    pub const MAX_BYTES: u64 = 1 << 40;
+
     /// Whether a message of `bytes` fits this capacity and alignment.
     pub const fn accepts(self, bytes: u64) -> bool {
         bytes > 0 && bytes <= self.max_bytes && bytes.is_multiple_of(self.align)

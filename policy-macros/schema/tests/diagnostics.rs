@@ -182,6 +182,22 @@ fn over_capacity() {
 }
 
 #[test]
+fn a_capacity_above_one_tebibyte_is_refused_where_it_is_declared() {
+    // A capacity of 2^62 once wrapped the kernels' buffer arithmetic.
+    let text = file_with(GOOD_BANDS, "").replace("max = \"1MiB\"", "max = 4611686018427387904");
+    let d = only_error(&text);
+    assert_eq!(
+        d.message,
+        "capacity `max` 4294967296GiB is above the largest the kernels' buffers are planned for, \
+         1024GiB"
+    );
+    assert_eq!(at(&d), (12, 7));
+    // Exactly 1 TiB is allowed.
+    let text = file_with(GOOD_BANDS, "").replace("max = \"1MiB\"", "max = \"1024GiB\"");
+    assert!(parse_document("t.toml", &text).is_ok());
+}
+
+#[test]
 fn open_custom_band_is_over_capacity() {
     let d = only_error(&file_with(r#"  { algo = "one_shot_push" },"#, ""));
     assert!(

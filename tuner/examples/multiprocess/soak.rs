@@ -259,7 +259,7 @@ fn replay<T: Element>(
     comm: &mut RankComm,
     cli: &Cli,
     stream: &std::sync::Arc<cudarc::driver::CudaStream>,
-    graph: &cudarc::driver::CudaGraph,
+    graph: &kernels::Captured,
     calls: &[Call],
     buffers: &mut [Buffers<T>],
     ran: &[Algo],
@@ -306,10 +306,8 @@ fn replay<T: Element>(
             let slot = &ring[r % depth];
             watch::busy("waiting for the replay `--in-flight` before");
             comm.wait_for(slot).map_err(|e| failed_at(r, e))?;
-            watch::busy("CudaGraph::launch");
-            graph
-                .launch()
-                .map_err(|e| driver_failed_at(r, "launching the graph", e))?;
+            watch::busy("Captured::launch");
+            graph.launch().map_err(|e| failed_at(r, e))?;
             watch::busy("recording a replay's event");
             slot.record(stream)
                 .map_err(|e| driver_failed_at(r, "recording a replay's event", e))?;

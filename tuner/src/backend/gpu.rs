@@ -145,14 +145,23 @@ impl GpuBackend {
             .expect("built above"))
     }
 
-    /// After a timeout or a driver, NCCL or peer failure the world may be
-    /// wedged: drop it, so the next call builds a fresh one.
+    /// After a failure that broke the world (any rank knows of a fault: a
+    /// timeout, a mismatch, a failed peer, a driver or NCCL error), every
+    /// later call of it fails: drop it, so the next call builds a fresh one
+    /// and only the configuration that broke it fails. A wrong result or a
+    /// decline leaves the world in step, and it is kept.
     fn forget_world_after(&mut self, error: &kernels::Error) {
         use kernels::Error as E;
-        if matches!(
-            error,
-            E::Timeout { .. } | E::Driver { .. } | E::Nccl { .. } | E::PeerFailed { .. }
-        ) {
+        let broken = self
+            .world
+            .as_ref()
+            .is_some_and(|(_, ranks)| ranks.iter().any(|r| r.health().is_err()));
+        if broken
+            || matches!(
+                error,
+                E::Timeout { .. } | E::Driver { .. } | E::Nccl { .. } | E::PeerFailed { .. }
+            )
+        {
             self.world = None;
         }
     }

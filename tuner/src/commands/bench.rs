@@ -80,6 +80,22 @@ pub struct BenchArgs {
     csv: Option<std::path::PathBuf>,
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Inject a fault (to test recovery): for ALGO@SIZE (e.g.
+    /// one_shot_push@64KiB) the last rank never issues its call, so the
+    /// others time out and the world breaks; that configuration is reported
+    /// failed, and the bench builds a new world and goes on.
+    #[arg(long, value_name = "ALGO@SIZE")]
+    inject_stall: Option<String>,
+}
+
+/// `ALGO@SIZE` of `--inject-stall`.
+fn parse_stall(text: &str) -> Result<(Algo, u64), String> {
+    let (algo, size) = text
+        .split_once('@')
+        .ok_or_else(|| format!("--inject-stall {text:?}: expected ALGO@SIZE"))?;
+    let algo = Algo::from_name(algo)
+        .ok_or_else(|| format!("--inject-stall {text:?}: unknown algorithm {algo:?}"))?;
+    Ok((algo, parse_size(size)?))
 }
 
 /// One row of the report.
@@ -230,9 +246,12 @@ mod gpu {
 
     use super::{
         BenchArgs, Outcome, Row, algbw_gbps, busbw_gbps, csv, default_calls, parse_size,
-        parse_sizes, row_line,
+        parse_sizes, parse_stall, row_line,
     };
-    use crate::harness::timing::{GpuStack, TimingSpec, build_world, gpu_stack, measure, validate};
+    use crate::harness::timing::{
+        GpuStack, TimingSpec, gpu_stack, measure, stall_last_rank, validate,
+    };
+    use crate::harness::world::WorldKeeper;
     use crate::stats;
 
     pub(super) fn run(cli: &BenchArgs, out: &mut dyn Write) -> Result<(), String> {
@@ -254,6 +273,7 @@ mod gpu {
             .collect::<Result<Vec<_>, _>>()?;
         let sizes = parse_sizes(&cli.sizes, cli.step)?;
         let verify_max = parse_size(&cli.verify_max)?;
+        let stall = cli.inject_stall.as_deref().map(parse_stall).transpose()?;
 
         kernels::raw::require_driver().map_err(|e| e.to_string())?;
         let gpus =
@@ -272,12 +292,15 @@ mod gpu {
             log_declines: false,
             ..Options::default()
         };
-        let mut ranks = build_world(loopback, &devices, options).map_err(|e| e.to_string())?;
+        let mut keeper =
+            WorldKeeper::new(loopback, &devices, options).map_err(|e| e.to_string())?;
+        let ranks = keeper.ranks().map_err(|e| e.to_string())?;
         let world = ranks.len();
         let ctx = ranks[0].stream().context().clone();
         let info = gpu_stack(&ctx).map_err(|e| e.to_string())?;
         let io = |e: std::io::Error| e.to_string();
-        write!(out, "{}", header(&info, &ranks, loopback.is_some())).map_err(io)?;
+        write!(out, "{}", header(&info, ranks, loopback.is_some())).map_err(io)?;
+        let json_world = json_world(ranks);
 
         let mut rows = Vec::new();
         for &collective in &collectives {
@@ -299,10 +322,31 @@ mod gpu {
                             continue;
                         }
                         for &algo in &algos {
-                            let row = bench_one(
-                                &mut ranks, cli, collective, dtype, mode, bytes, algo, verify_max,
-                            );
+                            let stalled = stall == Some((algo, bytes));
+                            let row = match keeper.ranks() {
+                                Ok(ranks) => bench_one(
+                                    ranks, cli, collective, dtype, mode, bytes, algo, verify_max,
+                                    stalled,
+                                ),
+                                Err(e) => Row {
+                                    collective,
+                                    dtype,
+                                    mode,
+                                    bytes,
+                                    algo,
+                                    outcome: Outcome::Failed(format!("building a world: {e}")),
+                                },
+                            };
                             writeln!(out, "{}", row_line(&row, world, &rows)).map_err(io)?;
+                            // One failure stays one failure: a world it broke
+                            // is given up and the next row builds a new one.
+                            if matches!(row.outcome, Outcome::Failed(_)) && keeper.recover() {
+                                writeln!(
+                                    out,
+                                    "note: that configuration broke the world; building a new one"
+                                )
+                                .map_err(io)?;
+                            }
                             rows.push(row);
                         }
                     }
@@ -314,8 +358,25 @@ mod gpu {
                 .map_err(|e| format!("{}: {e}", path.display()))?;
         }
         if let Some(path) = &cli.json {
-            std::fs::write(path, json(&rows, &info, world, &ranks[0]))
+            std::fs::write(path, json(&rows, &info, world, &json_world))
                 .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        if keeper.rebuilt() > 0 {
+            writeln!(
+                out,
+                "note: the world was built again {} time(s) after a configuration broke it",
+                keeper.rebuilt()
+            )
+            .map_err(io)?;
+        }
+        let (nccl_calls, in_progress) = kernels::raw::nccl_call_stats();
+        if nccl_calls > 0 {
+            writeln!(
+                out,
+                "NCCL: {in_progress} of {nccl_calls} collectives answered ncclInProgress (each \
+                 then waited for NCCL's own thread)"
+            )
+            .map_err(io)?;
         }
         let failed = rows
             .iter()
@@ -337,6 +398,7 @@ mod gpu {
         bytes: u64,
         algo: Algo,
         verify_max: u64,
+        stalled: bool,
     ) -> Row {
         let row = |outcome| Row {
             collective,
@@ -348,6 +410,15 @@ mod gpu {
         };
         if let Some(reason) = ranks[0].would_decline(collective, algo, bytes) {
             return row(Outcome::Declined(reason.to_string()));
+        }
+        if stalled {
+            let outcome = match stall_last_rank(ranks, collective, dtype, algo, bytes) {
+                Err(e) => Outcome::Failed(format!("injected stall of the last rank: {e}")),
+                Ok(()) => Outcome::Failed(
+                    "injected stall of the last rank: the others did not notice (no error)".into(),
+                ),
+            };
+            return row(outcome);
         }
         let verified = bytes <= verify_max;
         if verified && let Err(e) = validate(ranks, collective, dtype, algo, bytes, bytes) {
@@ -436,7 +507,24 @@ mod gpu {
         text
     }
 
-    fn json(rows: &[Row], info: &GpuStack, world: usize, rank: &RankComm) -> String {
+    /// The world's part of the JSON document (taken while the first world is
+    /// there: a rebuilt one is the same).
+    fn json_world(ranks: &[RankComm]) -> serde_json::Value {
+        let rank = &ranks[0];
+        serde_json::json!({
+            "size": ranks.len(),
+            "link": rank.link().name(),
+            "baseline": match rank.fallback_kind() {
+                Fallback::Nccl => "nccl",
+                Fallback::LoopbackReference => "loopback_reference",
+            },
+            "threads": rank.launch_shape().threads,
+            "blocks": rank.launch_shape().max_blocks,
+            "programmatic_launch": rank.programmatic_launch(),
+        })
+    }
+
+    fn json(rows: &[Row], info: &GpuStack, world: usize, world_desc: &serde_json::Value) -> String {
         let results: Vec<serde_json::Value> = rows
             .iter()
             .map(|r| {
@@ -488,14 +576,7 @@ mod gpu {
                 "nvrtc": info.nvrtc_version,
                 "nccl": info.nccl_version,
             },
-            "world": {
-                "size": world,
-                "link": rank.link().name(),
-                "baseline": match rank.fallback_kind() {
-                    Fallback::Nccl => "nccl",
-                    Fallback::LoopbackReference => "loopback_reference",
-                },
-            },
+            "world": world_desc,
             "results": results,
         });
         serde_json::to_string_pretty(&document).unwrap_or_default()
@@ -524,6 +605,25 @@ mod tests {
         let sizes = parse_sizes("1..18446744073709551615", 2).unwrap();
         assert_eq!(sizes.len(), 64);
         assert_eq!(*sizes.last().unwrap(), 1 << 63);
+    }
+
+    #[test]
+    fn an_injected_stall_names_an_algorithm_and_a_size() {
+        assert_eq!(
+            parse_stall("one_shot_push@64KiB").unwrap(),
+            (Algo::OneShotPush, 64 << 10)
+        );
+        assert!(
+            parse_stall("one_shot_push")
+                .unwrap_err()
+                .contains("ALGO@SIZE")
+        );
+        assert!(
+            parse_stall("ring@4KiB")
+                .unwrap_err()
+                .contains("unknown algorithm")
+        );
+        assert!(parse_stall("nccl@4XB").is_err());
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //!   what the platform is ([`timing::gpu_stack`], [`timing::discover`]);
 //! - [`validation`]: inputs sprinkled with special values and the f64 host
 //!   reference every result is checked against;
-//! - [`concurrent`]: driving every rank of a single-process world at once.
+//! - [`concurrent`]: driving every rank of a single-process world at once;
+//! - [`world`]: a world built again after it breaks.
 
 pub mod concurrent;
 pub mod timing;
 pub mod validation;
+pub mod world;

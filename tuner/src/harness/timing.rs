@@ -73,6 +73,51 @@ pub fn validate(
     }
 }
 
+/// A fault injected on purpose, to test that the tools recover from a broken
+/// world: every rank but the last issues one forced call, and the last never
+/// does, like a peer whose host stalled. The others' kernels wait for it until
+/// the world's timeout, so the world breaks; the result is the error the
+/// first rank's `check()` reports (for a custom kernel, its timeout).
+pub fn stall_last_rank(
+    ranks: &mut [RankComm],
+    collective: Collective,
+    dtype: DType,
+    algo: Algo,
+    bytes: u64,
+) -> Result<()> {
+    match dtype {
+        DType::Bf16 => stall_typed::<bf16>(ranks, collective, algo, bytes),
+        DType::F16 => stall_typed::<f16>(ranks, collective, algo, bytes),
+        DType::F32 => stall_typed::<f32>(ranks, collective, algo, bytes),
+    }
+}
+
+fn stall_typed<T: Element>(
+    ranks: &mut [RankComm],
+    collective: Collective,
+    algo: Algo,
+    bytes: u64,
+) -> Result<()> {
+    ensure_runs(ranks, collective, T::DTYPE, algo, bytes)?;
+    let world = ranks.len();
+    let (in_len, out_len) = message_lengths(collective, T::DTYPE, world, bytes)?;
+    let inputs = validation::random_inputs::<T>(world, in_len, 7);
+    let tensors = ranks
+        .iter()
+        .zip(&inputs)
+        .map(|(rank, input)| prepare(rank, input, out_len))
+        .collect::<Result<Vec<_>>>()?;
+    let stalled = world - 1;
+    let results = for_each_rank(ranks, tensors, |rank, mut t, _| {
+        if rank.rank() == stalled {
+            return Ok(Ok(()));
+        }
+        call_once(rank, collective, &mut t, Select::Force(algo))?;
+        Ok(rank.check())
+    })?;
+    results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+}
+
 /// Element counts of one rank's input and output for a call of `bytes`.
 pub fn message_lengths(
     collective: Collective,
@@ -238,18 +283,18 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
                     }
                     Ok(())
                 })?;
-                graph.upload().during("uploading a graph")?;
+                graph.upload()?;
                 for _ in 0..spec.warmup.max(1) {
-                    graph.launch().during("replaying a graph")?;
+                    graph.launch()?;
                 }
                 rank.check()?;
                 barrier.wait(rank.rank())?;
-                graph.launch().during("replaying a graph")?;
+                graph.launch()?;
                 marks[0]
                     .record(&stream)
                     .during("recording a timing event")?;
                 for mark in &marks[1..] {
-                    graph.launch().during("replaying a graph")?;
+                    graph.launch()?;
                     mark.record(&stream).during("recording a timing event")?;
                 }
             }

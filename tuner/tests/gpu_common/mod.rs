@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaContext, CudaGraph, CudaSlice, CudaStream, DevicePtrMut};
-use kernels::{Element, Fallback, RankComm, Select};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
+use kernels::{Captured, Element, Fallback, RankComm, Select};
 use policy::{Algo, Collective};
 use tuner::harness::concurrent::for_each_rank;
 use tuner::harness::timing::poison;
@@ -44,10 +44,10 @@ pub fn device_count() -> usize {
     CudaContext::device_count().map(|n| n as usize).unwrap_or(0)
 }
 
-/// A CUDA graph moved into a rank's thread and back. Graphs are not tied to a
-/// thread; they only must not be used concurrently, and each is used by one
-/// rank's thread at a time.
-pub struct SendGraph(pub CudaGraph);
+/// A captured graph moved into a rank's thread and back. Graphs are not tied
+/// to a thread; they only must not be used concurrently, and each is used by
+/// one rank's thread at a time.
+pub struct SendGraph(pub Captured);
 // SAFETY: see above.
 unsafe impl Send for SendGraph {}
 

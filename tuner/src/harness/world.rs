@@ -1,0 +1,70 @@
+//! A world that is built again after it breaks, so that one failed
+//! configuration stays one failure: `tuner bench` goes on with a fresh world
+//! after a configuration broke the one it ran on (a kernel that timed out, a
+//! mismatch), instead of reporting every later configuration as failed.
+
+use kernels::{Options, RankComm, Result};
+
+use super::timing::build_world;
+
+/// The ranks of one world, rebuilt on demand.
+pub struct WorldKeeper {
+    loopback: Option<usize>,
+    devices: Vec<usize>,
+    options: Options,
+    ranks: Option<Vec<RankComm>>,
+    rebuilt: usize,
+}
+
+impl WorldKeeper {
+    /// `Some(n)` ranks on GPU `devices[0]` (or 0) as a loopback world, or one
+    /// rank on each of `devices`; built now.
+    pub fn new(
+        loopback: Option<usize>,
+        devices: &[usize],
+        options: Options,
+    ) -> Result<WorldKeeper> {
+        let mut keeper = WorldKeeper {
+            loopback,
+            devices: devices.to_vec(),
+            options,
+            ranks: None,
+            rebuilt: 0,
+        };
+        keeper.ranks()?;
+        Ok(keeper)
+    }
+
+    /// The world's ranks, built if the last one was given up.
+    pub fn ranks(&mut self) -> Result<&mut [RankComm]> {
+        if self.ranks.is_none() {
+            self.ranks = Some(build_world(
+                self.loopback,
+                &self.devices,
+                self.options.clone(),
+            )?);
+        }
+        Ok(self.ranks.as_mut().expect("built above").as_mut_slice())
+    }
+
+    /// Gives the world up if any rank knows of a fault: every call of such a
+    /// world fails, so the next [`WorldKeeper::ranks`] builds a new one.
+    /// Returns whether it did. Dropping a broken world is bounded (the ranks
+    /// abort NCCL and leak what their kernels may still use).
+    pub fn recover(&mut self) -> bool {
+        let broken = self
+            .ranks
+            .as_ref()
+            .is_some_and(|ranks| ranks.iter().any(|r| r.health().is_err()));
+        if broken {
+            self.ranks = None;
+            self.rebuilt += 1;
+        }
+        broken
+    }
+
+    /// How many times a broken world was given up.
+    pub fn rebuilt(&self) -> usize {
+        self.rebuilt
+    }
+}
