@@ -7,8 +7,12 @@
 #   scripts/gpu-run.sh                  # everything (a few minutes on one H200)
 #   scripts/gpu-run.sh timeout          # only tests whose name contains "timeout"
 #   BENCH_ARGS="--world 4" scripts/gpu-run.sh
+#   SKIP_TESTS=1 scripts/gpu-run.sh     # only the bench and the tuner
 #   SKIP_BENCH=1 scripts/gpu-run.sh
-#   EXE_TIMEOUT=120 scripts/gpu-run.sh  # bound per test executable, seconds (default 420)
+#   EXE_TIMEOUT=120 scripts/gpu-run.sh  # bound per test executable, seconds (default 600)
+#
+# The summary lists every test that printed SKIPPED (a multi-GPU test on a
+# machine with fewer GPUs), so a run never hides what it did not do.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,8 +27,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # The NVRTC compile test must not skip here.
 export KERNELS_REQUIRE_NVRTC=1
 export RUST_BACKTRACE=1
-# gpu_processes drives the one-process-per-rank example.
+# gpu_processes drives the one-process-per-rank example, gpu_loopback the tuner.
 export COLLTUNE_MULTIPROCESS_EXE="$PWD/$bin/multiprocess"
+export COLLTUNE_TUNER_EXE="$PWD/$bin/tuner"
 
 if [ ! -d "$bin/tests" ]; then
   echo "no $bin/tests: run scripts/gpu-build.sh on the build machine and carry .carry/bin" >&2
@@ -37,20 +42,25 @@ cat "$out/nvidia-smi.txt"
 
 status=0
 summary=""
+skipped=""
 # Fast CPU and compile checks first, then the GPU suites.
 for name in kernels_unit nvrtc_compile gpu_processes gpu_loopback gpu_devices; do
+  [ -n "${SKIP_TESTS:-}" ] && break
   exe="$bin/tests/$name"
-  [ -x "$exe" ] || continue
+  [ -x "$exe" ] || { status=1; summary="$summary\n$name: MISSING from $bin/tests"; continue; }
   echo "=== $name"
   start=$(date +%s)
   # A per-executable bound, so one hang cannot eat the whole run.
-  timeout --signal=KILL "${EXE_TIMEOUT:-420}" "$exe" --include-ignored --test-threads=1 --nocapture ${filter:+"$filter"} \
+  timeout --signal=KILL "${EXE_TIMEOUT:-600}" "$exe" --include-ignored --test-threads=1 --nocapture ${filter:+"$filter"} \
     > "$out/$name.log" 2>&1
   rc=$?
   took=$(( $(date +%s) - start ))
   grep -E '^(test |FAIL|   |== |SKIPPED)|test result|panicked' "$out/$name.log" | tail -n 60
   [ $rc -eq 0 ] || status=1
-  summary="$summary\n$name: exit $rc in ${took}s"
+  summary="$summary\n$name: exit $rc in ${took}s, $(grep -E '^test result' "$out/$name.log" | tail -n 1)"
+  while IFS= read -r line; do
+    skipped="$skipped\n  $name: $line"
+  done < <(grep -E '^SKIPPED' "$out/$name.log")
 done
 
 if [ -z "${SKIP_BENCH:-}" ] && [ -z "$filter" ]; then
@@ -96,5 +106,8 @@ if [ -z "${SKIP_TUNER:-}" ] && [ -z "$filter" ] && [ -x "$bin/tuner" ]; then
 fi
 
 echo -e "=== summary$summary"
+if [ -n "$skipped" ]; then
+  echo -e "skipped on this machine (they need more GPUs than it has):$skipped"
+fi
 echo "logs in $out"
 exit $status

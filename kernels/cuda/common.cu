@@ -268,8 +268,15 @@ __device__ __forceinline__ void st_u64_relaxed_sys(u64* p, u64 v) {
 // `mine`/`theirs` are the two call signatures of a mismatch (0 otherwise).
 // Not inlined (it is the cold path), and it takes scalars: a reference to the
 // kernel's argument block would make every kernel copy it to local memory.
+//
+// The first fault wins, except that a mismatch replaces a "peer failed" fault
+// recorded before it: a peer that made another call fails too, and this rank
+// may see that (its waits stop) just before its handshake sees the cause.
 __device__ __noinline__ void report_fault_words(u32* ctrl, u32* host, u32 code, u32 info, u64 mine, u64 theirs) {
-    if (atomicCAS(ctrl + CT_CTRL_ERROR, 0u, code) == 0u) {
+    u32 prev = atomicCAS(ctrl + CT_CTRL_ERROR, 0u, code);
+    if (prev != 0u && (code & 0xffu) == CT_ERR_MISMATCH && (prev & 0xffu) == CT_ERR_PEER_FAILED)
+        prev = atomicCAS(ctrl + CT_CTRL_ERROR, prev, code) == prev ? 0u : prev;
+    if (prev == 0u) {
         ctrl[CT_CTRL_ERROR_INFO] = info;
         if (host != nullptr) {
             st_u32_relaxed_sys(host + CT_HOST_INFO, info);

@@ -18,11 +18,6 @@ use policy::{Algo, Collective, DType, Mode};
 use tuner::harness::timing::{TimingSpec, measure, validate};
 
 const MIB: usize = 1 << 20;
-/// Bytes each rank contributes in the size sweep: powers of two and odd
-/// multiples of 16 bytes, from one pack to 2 MiB (all-gather stops where the
-/// gathered output would exceed a capacity: those sizes belong to the decline
-/// tests).
-const SWEEP_BYTES: [usize; 8] = [16, 48, 592, 4096, 65_552, 262_144, MIB, 2 * MIB + 48];
 const GRAPH_BYTES: usize = 65_552;
 const GRAPH_REPLAYS: usize = 1000;
 
@@ -32,7 +27,8 @@ fn loopback(ctx: &Arc<CudaContext>, world: usize) -> Vec<RankComm> {
 }
 
 /// Runs `case` in `mode`, requiring that `expect` ran; rebuilds the world after
-/// a timeout (the world is unusable then) so later cases still run.
+/// a failure that broke it (every later call would fail) so later cases still
+/// run.
 fn run<T: Element>(
     suite: &mut Suite,
     ctx: &Arc<CudaContext>,
@@ -40,6 +36,7 @@ fn run<T: Element>(
     case: Case,
     mode: Mode,
     expect: Algo,
+    replays: usize,
 ) {
     let world = ranks.len();
     let label = format!("{} {}", case.label::<T>(world), mode.name());
@@ -51,7 +48,7 @@ fn run<T: Element>(
             {
                 1 // in-place sums grow with every replay
             } else {
-                GRAPH_REPLAYS
+                replays
             };
             graph::<T>(ranks, &case, replays)
         }
@@ -67,9 +64,8 @@ fn run<T: Element>(
             ))
         }
     });
-    let failed_with_timeout = matches!(&outcome, Err(e) if e.contains("timed out"));
     suite.record(&label, outcome);
-    if failed_with_timeout {
+    if ranks.iter().any(|r| r.health().is_err()) {
         *ranks = loopback(ctx, world);
     }
 }
@@ -87,129 +83,255 @@ fn output_bytes(collective: Collective, world: usize, per_rank_bytes: usize) -> 
     collective.output_size(world as u64, per_rank_bytes as u64) as usize
 }
 
-fn sweep<T: Element>(
-    suite: &mut Suite,
-    ctx: &Arc<CudaContext>,
-    ranks: &mut Vec<RankComm>,
-    collective: Collective,
-    sizes: &[usize],
-) {
-    let size = std::mem::size_of::<T>();
-    let world = ranks.len();
-    for (i, &bytes) in sizes.iter().enumerate() {
-        let out = output_bytes(collective, world, bytes);
-        // Gathered outputs above every capacity are the decline tests' business.
-        if collective == Collective::AllGather
-            && expected(ranks, collective, Algo::OneShotPull, out) != Algo::OneShotPull
-        {
-            continue;
-        }
-        for &algo in collective.algos() {
-            let case = Case {
-                collective,
-                how: Select::Force(algo),
-                per_rank: bytes / size,
-                placement: Placement::OutOfPlace,
-                seed: (i as u64) << 8 | algo as u64,
-            };
-            let expect = expected(ranks, collective, algo, out);
-            run::<T>(suite, ctx, ranks, case, Mode::Eager, expect);
-        }
+/// Bytes each rank contributes for the cases of `algo` in this world: one pack,
+/// odd sizes, and every size where the number of blocks with work changes
+/// (one block, two, half the grid, all of it, more than one step), where the
+/// world of two starts and stops dealing warps to blocks, and where the grid
+/// is full of dealt warps; then the largest size the algorithm takes. Sizes it
+/// declines (not a whole number of packs) are the decline test's business,
+/// except for the NCCL stand-in, which takes anything.
+fn sizes_for(rank: &RankComm, collective: Collective, algo: Algo) -> Vec<usize> {
+    let world = rank.world_size() as u64;
+    let shape = rank.launch_shape();
+    let (threads, grid) = (shape.threads as u64, shape.max_blocks as u64);
+    // A kernel spreads units over its threads: packs of the message, or of
+    // one shard for the two-shot algorithms.
+    let per_unit = match algo {
+        Algo::TwoShotPull | Algo::TwoShotPush => 16 * world,
+        _ => 16,
+    };
+    let units = [
+        1,
+        3,
+        threads - 1,
+        threads,
+        threads + 1,
+        2 * threads + 1,
+        (grid / 2).max(1) * threads,
+        (grid - 1) * threads + 1,
+        grid * threads,
+        grid * threads + 1,
+        2 * grid * threads + 1,
+    ];
+    let mut bytes: Vec<u64> = units.iter().map(|u| u * per_unit).collect();
+    if rank.world_size() == 2 {
+        let (low, high) = (8 << 10, 8 << 20);
+        bytes.extend([low - 16, low, low + 16, high - 16, high, high + 16]);
+        // Dealt: warp w of block b is warp w * grid + b, 32 units each.
+        bytes.extend([32 * grid * per_unit, (32 * grid + 1) * per_unit]);
     }
-    for &algo in collective.algos() {
-        let case = Case {
-            collective,
-            how: Select::Force(algo),
-            per_rank: GRAPH_BYTES / size,
-            placement: Placement::OutOfPlace,
-            seed: 0xA000 | algo as u64,
-        };
-        let expect = expected(
-            ranks,
-            collective,
-            algo,
-            output_bytes(collective, world, GRAPH_BYTES),
-        );
-        run::<T>(suite, ctx, ranks, case, Mode::Graph, expect);
+    if algo == Algo::Nccl {
+        // The stand-in is element granular and chunks through the staging
+        // halves (at least 1 MiB).
+        bytes.extend([48, 592, 2 * MIB as u64 + 48]);
     }
-    suite.note(&format!("{} {} done", collective.name(), T::DTYPE.name()));
+    let capacity = rank.capacity(collective, algo).max_bytes;
+    let largest = collective.per_rank_size(world, capacity.min(64 << 20)) / 16 * 16;
+    bytes.push(largest);
+    bytes.retain(|&b| b > 0 && b <= largest);
+    bytes.sort_unstable();
+    bytes.dedup();
+    bytes.into_iter().map(|b| b as usize).collect()
 }
 
-fn collective_suite(world: usize, collective: Collective) {
+/// Every algorithm of both collectives in a loopback world of `world`, with
+/// the default launch shape: bf16 at every size of [`sizes_for`], eager (calls
+/// back to back) and captured (a graph of two calls, replayed); f16 and f32 at
+/// a few sizes.
+fn every_algorithm(world: usize) {
     let ctx = gpu();
-    let mut suite = Suite::new(&format!("loopback world {world}: {}", collective.name()));
+    let mut suite = Suite::new(&format!("loopback world {world}: every algorithm"));
     let mut ranks = loopback(&ctx, world);
     assert_eq!(ranks[0].fallback_kind(), Fallback::LoopbackReference);
-    sweep::<bf16>(&mut suite, &ctx, &mut ranks, collective, &SWEEP_BYTES);
-    sweep::<f16>(&mut suite, &ctx, &mut ranks, collective, &SWEEP_BYTES);
-    sweep::<f32>(&mut suite, &ctx, &mut ranks, collective, &SWEEP_BYTES);
+    let shape = ranks[0].launch_shape();
+    suite.note(&format!(
+        "{} blocks x {} threads per rank, programmatic launch {}",
+        shape.max_blocks,
+        shape.threads,
+        ranks[0].programmatic_launch()
+    ));
+    for collective in Collective::ALL {
+        for &algo in collective.algos() {
+            let sizes = sizes_for(&ranks[0], collective, algo);
+            for (i, &bytes) in sizes.iter().enumerate() {
+                let out = output_bytes(collective, world, bytes);
+                let expect = expected(&ranks, collective, algo, out);
+                let case = Case {
+                    collective,
+                    how: Select::Force(algo),
+                    per_rank: bytes / 2,
+                    placement: Placement::OutOfPlace,
+                    seed: (i as u64) << 8 | algo as u64,
+                };
+                // Large messages: fewer replays (their host checks dominate).
+                let replays = if out > 4 * MIB { 2 } else { 5 };
+                run::<bf16>(&mut suite, &ctx, &mut ranks, case, Mode::Eager, expect, 0);
+                run::<bf16>(
+                    &mut suite,
+                    &ctx,
+                    &mut ranks,
+                    case,
+                    Mode::Graph,
+                    expect,
+                    replays,
+                );
+            }
+            // The other dtypes at one pack, a block's worth plus one, and a
+            // full grid plus one.
+            let threads = shape.threads as usize;
+            let grid = shape.max_blocks as usize;
+            for bytes in [16, (threads + 1) * 16, (grid * threads + 1) * 16] {
+                let out = output_bytes(collective, world, bytes);
+                let expect = expected(&ranks, collective, algo, out);
+                let case = Case {
+                    collective,
+                    how: Select::Force(algo),
+                    per_rank: bytes / 2,
+                    placement: Placement::OutOfPlace,
+                    seed: 0x1000 | bytes as u64,
+                };
+                for mode in [Mode::Eager, Mode::Graph] {
+                    run::<f16>(&mut suite, &ctx, &mut ranks, case, mode, expect, 3);
+                    let case = Case {
+                        per_rank: bytes / 4,
+                        ..case
+                    };
+                    run::<f32>(&mut suite, &ctx, &mut ranks, case, mode, expect, 3);
+                }
+            }
+            suite.note(&format!(
+                "{} {} done ({} sizes)",
+                collective.name(),
+                algo.name(),
+                sizes.len()
+            ));
+        }
+    }
     suite.finish();
 }
 
-/// World sizes that are not powers of two: uneven two-shot shards, odd slot
-/// counts, odd block splits of the SMs.
 #[test]
 #[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
-fn loopback_odd_world_sizes() {
+fn loopback_world_2_every_algorithm() {
+    every_algorithm(2);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn loopback_world_3_every_algorithm() {
+    every_algorithm(3);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn loopback_world_4_every_algorithm() {
+    every_algorithm(4);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn loopback_world_5_every_algorithm() {
+    every_algorithm(5);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn loopback_world_6_every_algorithm() {
+    every_algorithm(6);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn loopback_world_7_every_algorithm() {
+    every_algorithm(7);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn loopback_world_8_every_algorithm() {
+    every_algorithm(8);
+}
+
+/// Each algorithm captured once and replayed 1000 times (then once more on
+/// new inputs), in worlds of 2 and 8.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn loopback_long_graph_replays() {
     let ctx = gpu();
-    let mut suite = Suite::new("loopback odd world sizes");
-    for world in [3, 5, 6, 7] {
+    let mut suite = Suite::new("loopback long graph replays");
+    for world in [2, 8] {
         let mut ranks = loopback(&ctx, world);
         for collective in Collective::ALL {
-            sweep::<bf16>(
-                &mut suite,
-                &ctx,
-                &mut ranks,
-                collective,
-                &[16, 48, 592, 65_552, 2 * MIB + 48],
-            );
-            sweep::<f32>(
-                &mut suite,
-                &ctx,
-                &mut ranks,
-                collective,
-                &[16, 4096, 262_144],
-            );
+            for &algo in collective.algos() {
+                let case = Case {
+                    collective,
+                    how: Select::Force(algo),
+                    per_rank: GRAPH_BYTES / 2,
+                    placement: Placement::OutOfPlace,
+                    seed: 0xA000 | algo as u64,
+                };
+                let expect = expected(
+                    &ranks,
+                    collective,
+                    algo,
+                    output_bytes(collective, world, GRAPH_BYTES),
+                );
+                run::<bf16>(
+                    &mut suite,
+                    &ctx,
+                    &mut ranks,
+                    case,
+                    Mode::Graph,
+                    expect,
+                    GRAPH_REPLAYS,
+                );
+            }
         }
         suite.note(&format!("world {world} done"));
     }
     suite.finish();
 }
 
+/// A requested launch shape whose blocks could not all be resident (the
+/// shape that deadlocked: 16 blocks per rank in a world of 8 under
+/// programmatic launch) is refused when the world is built, saying why.
 #[test]
 #[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
-fn loopback_all_reduce_world_2() {
-    collective_suite(2, Collective::AllReduce);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
-fn loopback_all_reduce_world_4() {
-    collective_suite(4, Collective::AllReduce);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
-fn loopback_all_reduce_world_8() {
-    collective_suite(8, Collective::AllReduce);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
-fn loopback_all_gather_world_2() {
-    collective_suite(2, Collective::AllGather);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
-fn loopback_all_gather_world_4() {
-    collective_suite(4, Collective::AllGather);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
-fn loopback_all_gather_world_8() {
-    collective_suite(8, Collective::AllGather);
+fn a_shape_that_cannot_be_resident_is_refused() {
+    let ctx = gpu();
+    let mut suite = Suite::new("launch shapes");
+    let options = Options {
+        blocks: Some(16),
+        ..Options::default()
+    };
+    suite.record(
+        "world 8, 16 blocks per rank, programmatic launch",
+        match World::loopback(ctx.clone(), 8, options) {
+            Err(Error::Unsupported(what)) if what.contains("resident") => {
+                eprintln!("   ok: {what}");
+                Ok(())
+            }
+            Err(other) => Err(format!("wrong error: {other}")),
+            Ok(ranks) => Err(format!(
+                "accepted {:?} (kernels hold {} block(s) per SM?)",
+                ranks[0].launch_shape(),
+                "at least 2"
+            )),
+        },
+    );
+    // Without programmatic launch the same blocks fit.
+    let options = Options {
+        blocks: Some(16),
+        programmatic_launch: false,
+        ..Options::default()
+    };
+    suite.record(
+        "world 8, 16 blocks per rank, no programmatic launch",
+        World::loopback(ctx.clone(), 8, options)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+    );
+    suite.finish();
 }
 
 /// In place, eager and captured, for every algorithm.
@@ -231,12 +353,28 @@ fn loopback_in_place() {
                             placement: Placement::InPlace,
                             seed: 0xB000 | algo as u64,
                         };
-                        run::<bf16>(&mut suite, &ctx, &mut ranks, case, mode, algo);
+                        run::<bf16>(
+                            &mut suite,
+                            &ctx,
+                            &mut ranks,
+                            case,
+                            mode,
+                            algo,
+                            GRAPH_REPLAYS,
+                        );
                         let case = Case {
                             per_rank: bytes / 4,
                             ..case
                         };
-                        run::<f32>(&mut suite, &ctx, &mut ranks, case, mode, algo);
+                        run::<f32>(
+                            &mut suite,
+                            &ctx,
+                            &mut ranks,
+                            case,
+                            mode,
+                            algo,
+                            GRAPH_REPLAYS,
+                        );
                     }
                 }
             }
@@ -295,7 +433,7 @@ fn loopback_capacity_sizes() {
                 placement: Placement::OutOfPlace,
                 seed: 0xC000 | algo as u64,
             };
-            run::<bf16>(&mut suite, &ctx, &mut ranks, case, Mode::Eager, algo);
+            run::<bf16>(&mut suite, &ctx, &mut ranks, case, Mode::Eager, algo, 0);
         }
         suite.note(&format!("world {world} done"));
     }
@@ -341,10 +479,14 @@ fn loopback_declined_calls_fall_back() {
                 };
                 match dtype {
                     DType::Bf16 => {
-                        run::<bf16>(&mut suite, &ctx, &mut ranks, case, mode, Algo::Nccl)
+                        run::<bf16>(&mut suite, &ctx, &mut ranks, case, mode, Algo::Nccl, 10)
                     }
-                    DType::F16 => run::<f16>(&mut suite, &ctx, &mut ranks, case, mode, Algo::Nccl),
-                    DType::F32 => run::<f32>(&mut suite, &ctx, &mut ranks, case, mode, Algo::Nccl),
+                    DType::F16 => {
+                        run::<f16>(&mut suite, &ctx, &mut ranks, case, mode, Algo::Nccl, 10)
+                    }
+                    DType::F32 => {
+                        run::<f32>(&mut suite, &ctx, &mut ranks, case, mode, Algo::Nccl, 10)
+                    }
                 }
             }
         }
@@ -386,12 +528,20 @@ fn world_of_one_runs_nccl_and_every_algorithm() {
                         placement,
                         seed: 0xE000 | bytes as u64,
                     };
-                    run::<bf16>(&mut suite, &ctx, &mut ranks, case, Mode::Eager, algo);
+                    run::<bf16>(&mut suite, &ctx, &mut ranks, case, Mode::Eager, algo, 0);
                     let case = Case {
                         per_rank: bytes / 4,
                         ..case
                     };
-                    run::<f32>(&mut suite, &ctx, &mut ranks, case, Mode::Graph, algo);
+                    run::<f32>(
+                        &mut suite,
+                        &ctx,
+                        &mut ranks,
+                        case,
+                        Mode::Graph,
+                        algo,
+                        GRAPH_REPLAYS,
+                    );
                 }
             }
         }
@@ -404,7 +554,15 @@ fn world_of_one_runs_nccl_and_every_algorithm() {
         placement: Placement::OutOfPlace,
         seed: 1,
     };
-    run::<f16>(&mut suite, &ctx, &mut ranks, case, Mode::Eager, Algo::Nccl);
+    run::<f16>(
+        &mut suite,
+        &ctx,
+        &mut ranks,
+        case,
+        Mode::Eager,
+        Algo::Nccl,
+        0,
+    );
     suite.finish();
 }
 
@@ -577,7 +735,7 @@ fn policy_selection_and_override() {
             None => expected,
             Some(_) => Algo::Nccl,
         };
-        run::<bf16>(&mut suite, &ctx, &mut ranks, case, mode, expected);
+        run::<bf16>(&mut suite, &ctx, &mut ranks, case, mode, expected, 10);
     }
     drop(ranks);
 
@@ -602,6 +760,7 @@ fn policy_selection_and_override() {
                 case,
                 Mode::Eager,
                 Algo::OneShotPull,
+                0,
             );
         }
         Err(e) => {
@@ -868,4 +1027,507 @@ fn loopback_pipelined_mixed_calls() {
         suite.record(&label, outcome);
     }
     suite.finish();
+}
+
+/// One rank's call in the mismatch tests.
+#[derive(Clone, Copy, Debug)]
+struct Call {
+    algo: Algo,
+    dtype: DType,
+    /// Bytes this rank contributes.
+    per_rank: usize,
+}
+
+/// Issues `call` on `rank` over raw byte buffers (the ranks of a mismatch
+/// test disagree on the dtype, so the buffers have none).
+fn issue_raw(
+    rank: &mut RankComm,
+    collective: Collective,
+    call: Call,
+    input: &cudarc::driver::CudaSlice<u8>,
+    output: &mut cudarc::driver::CudaSlice<u8>,
+) -> kernels::Result<Algo> {
+    fn typed<T: Element>(
+        rank: &mut RankComm,
+        collective: Collective,
+        call: Call,
+        input: &cudarc::driver::CudaSlice<u8>,
+        output: &mut cudarc::driver::CudaSlice<u8>,
+    ) -> kernels::Result<Algo> {
+        let n = call.per_rank / std::mem::size_of::<T>();
+        let out_n = collective.output_size(rank.world_size() as u64, n as u64) as usize;
+        // SAFETY: the buffers hold at least `call.per_rank` and the output
+        // size in bytes (the caller sizes them for the largest call), and
+        // every bit pattern is a valid element.
+        let (input, mut output) = unsafe {
+            (
+                input.transmute::<T>(n).expect("input large enough"),
+                output
+                    .transmute_mut::<T>(out_n)
+                    .expect("output large enough"),
+            )
+        };
+        let how = Select::Force(call.algo);
+        match collective {
+            Collective::AllReduce => rank.all_reduce(&input, &mut output, how),
+            Collective::AllGather => rank.all_gather(&input, &mut output, how),
+        }
+    }
+    match call.dtype {
+        DType::Bf16 => typed::<bf16>(rank, collective, call, input, output),
+        DType::F16 => typed::<f16>(rank, collective, call, input, output),
+        DType::F32 => typed::<f32>(rank, collective, call, input, output),
+    }
+}
+
+/// Rank 1 makes `odd` where every other rank makes `usual`, in the same call
+/// slot of a fresh world of `world`: every rank must report
+/// `Error::Mismatch` naming both calls (`names` must appear in each message),
+/// within the world's timeout, and refuse its next call at once.
+fn mismatched(
+    ctx: &Arc<CudaContext>,
+    world: usize,
+    collective: Collective,
+    usual: Call,
+    odd: Call,
+    names: [&str; 2],
+) -> Result<(), String> {
+    let timeout = Duration::from_secs(1);
+    let options = Options {
+        timeout,
+        log_declines: false,
+        ..Options::default()
+    };
+    let mut ranks =
+        World::loopback(ctx.clone(), world, options).map_err(|e| format!("world: {e}"))?;
+    let largest = usual.per_rank.max(odd.per_rank) * world;
+    let buffers = ranks
+        .iter()
+        .map(|rank| {
+            let stream = rank.stream();
+            let mut input = stream
+                .alloc_zeros::<u8>(largest)
+                .map_err(|e| format!("{e:?}"))?;
+            gpu_common::fill_bytes(stream, &mut input, 0x3c);
+            let output = stream
+                .alloc_zeros::<u8>(largest)
+                .map_err(|e| format!("{e:?}"))?;
+            stream.synchronize().map_err(|e| format!("{e:?}"))?;
+            Ok((input, output))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let started = Instant::now();
+    let outcomes = tuner::harness::concurrent::for_each_rank(
+        &mut ranks,
+        buffers,
+        |rank, (input, mut output), _| {
+            let call = if rank.rank() == 1 { odd } else { usual };
+            let issued = issue_raw(rank, collective, call, &input, &mut output);
+            let checked = issued.and_then(|_| rank.check());
+            let waited = started.elapsed();
+            // Fail fast: the next call is refused at once, with the same error.
+            let again = Instant::now();
+            let next = issue_raw(rank, collective, usual, &input, &mut output);
+            Ok((checked, waited, next, again.elapsed()))
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    for (r, (checked, waited, next, refused_in)) in outcomes.into_iter().enumerate() {
+        match checked {
+            Err(Error::Mismatch(what)) => {
+                if let Some(missing) = names.iter().find(|n| !what.contains(*n)) {
+                    return Err(format!(
+                        "rank {r}: the mismatch does not name `{missing}`: {what}"
+                    ));
+                }
+                if r == 0 {
+                    eprintln!("   rank 0: {what}");
+                }
+            }
+            other => return Err(format!("rank {r}: expected Error::Mismatch, got {other:?}")),
+        }
+        if waited >= timeout {
+            return Err(format!(
+                "rank {r}: the mismatch took {waited:?}, not under the {timeout:?} timeout"
+            ));
+        }
+        match next {
+            Err(Error::Mismatch(_)) if refused_in < Duration::from_millis(50) => {}
+            other => {
+                return Err(format!(
+                    "rank {r}: the next call gave {other:?} after {refused_in:?}, not the same \
+                     mismatch at once"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Ranks that make different calls in the same slot (4 KiB against 8 KiB, and
+/// bf16 against f16 at the same byte count, for every custom algorithm and the
+/// NCCL stand-in; and two different algorithms) all get `Error::Mismatch`
+/// naming both calls, never garbage and never a bare timeout, in worlds of 2
+/// to 8.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn mismatched_calls_are_errors_on_every_rank() {
+    let ctx = gpu();
+    let mut suite = Suite::new("mismatched calls");
+    for world in 2..=8 {
+        for collective in Collective::ALL {
+            for &algo in collective.algos() {
+                let call = |dtype, per_rank| Call {
+                    algo,
+                    dtype,
+                    per_rank,
+                };
+                let label = format!("world {world} {} {}", collective.name(), algo.name());
+                suite.record(
+                    &format!("{label}: 4 KiB against 8 KiB"),
+                    mismatched(
+                        &ctx,
+                        world,
+                        collective,
+                        call(DType::Bf16, 4096),
+                        call(DType::Bf16, 8192),
+                        ["4096 bytes", "8192 bytes"],
+                    ),
+                );
+                suite.record(
+                    &format!("{label}: bf16 against f16"),
+                    mismatched(
+                        &ctx,
+                        world,
+                        collective,
+                        call(DType::Bf16, 4096),
+                        call(DType::F16, 4096),
+                        ["in bf16", "in f16"],
+                    ),
+                );
+            }
+        }
+        let push = Call {
+            algo: Algo::OneShotPush,
+            dtype: DType::Bf16,
+            per_rank: 4096,
+        };
+        suite.record(
+            &format!("world {world}: one_shot_push against one_shot_pull"),
+            mismatched(
+                &ctx,
+                world,
+                Collective::AllReduce,
+                push,
+                Call {
+                    algo: Algo::OneShotPull,
+                    ..push
+                },
+                ["one_shot_push", "one_shot_pull"],
+            ),
+        );
+        suite.note(&format!("world {world} done"));
+    }
+    suite.finish();
+}
+
+/// Whether every 16-bit word of `bytes` has all bits set: the mark of an
+/// output a failed call did not compute.
+fn all_failed_marks(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0xff)
+}
+
+/// A peer that stalls (its host never issues the call) in a world of 2 and of
+/// 8: every other rank's `check()` reports the timeout naming it; calls that
+/// were already queued behind the one that timed out leave outputs marked as
+/// failed (all bits set), not stale values; every later call, and the replay
+/// of a graph captured before, is refused at once and launches nothing; and
+/// when the stalled rank calls at last, its kernel stops at once because its
+/// peer had failed (`Error::PeerFault`), instead of waiting out the timeout.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn a_stalled_peer_fails_every_rank_fast_and_nothing_returns_stale_output() {
+    let ctx = gpu();
+    let mut suite = Suite::new("fail fast");
+    for world in [2, 8] {
+        suite.record(&format!("world {world}"), stalled_peer(&ctx, world));
+    }
+    suite.finish();
+}
+
+fn stalled_peer(ctx: &Arc<CudaContext>, world: usize) -> Result<(), String> {
+    let timeout = Duration::from_millis(100);
+    let options = Options {
+        timeout,
+        log_declines: false,
+        ..Options::default()
+    };
+    let mut ranks = World::loopback(ctx.clone(), world, options).map_err(|e| e.to_string())?;
+    let stalled = world - 1;
+    let n = 32 * 1024; // 64 KiB of bf16
+    let how = Select::Force(Algo::OneShotPush);
+    let err = |e: cudarc::driver::DriverError| format!("{e:?}");
+    // Per rank: an input and three outputs, poisoned with 0x5a.
+    let mut tensors = Vec::new();
+    for rank in &ranks {
+        let stream = rank.stream();
+        let input = stream
+            .clone_htod(&vec![bf16::from_f32(1.0); n])
+            .map_err(err)?;
+        let mut outputs = Vec::new();
+        for _ in 0..3 {
+            let mut out = stream.alloc_zeros::<bf16>(n).map_err(err)?;
+            gpu_common::fill_bytes(stream, &mut out, 0x5a);
+            outputs.push(out);
+        }
+        stream.synchronize().map_err(err)?;
+        tensors.push((input, outputs));
+    }
+    // A graph captured on rank 0 before anything went wrong.
+    let (input0, mut spare) = {
+        let stream = ranks[0].stream();
+        let input = stream
+            .clone_htod(&vec![bf16::from_f32(1.0); n])
+            .map_err(err)?;
+        let spare = stream.alloc_zeros::<bf16>(n).map_err(err)?;
+        (input, spare)
+    };
+    let graph = ranks[0]
+        .capture(|r| {
+            r.all_reduce(&input0.as_view(), &mut spare.as_view_mut(), how)
+                .map(|_| ())
+        })
+        .map_err(|e| format!("capture: {e}"))?;
+
+    // Every rank but the stalled one issues three calls back to back.
+    let started = Instant::now();
+    let checks = tuner::harness::concurrent::for_each_rank(
+        &mut ranks,
+        tensors.iter_mut().collect(),
+        |rank, (input, outputs), _| {
+            if rank.rank() == stalled {
+                return Ok(Ok(()));
+            }
+            for out in outputs.iter_mut() {
+                rank.all_reduce(&input.as_view(), &mut out.as_view_mut(), how)?;
+            }
+            Ok(rank.check())
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let waited = started.elapsed();
+    for (r, check) in checks.iter().enumerate().filter(|(r, _)| *r != stalled) {
+        match check {
+            Err(Error::Timeout { peer: Some(p), .. }) if *p == stalled => {}
+            other => {
+                return Err(format!(
+                    "rank {r}: expected a timeout naming rank {stalled}, got {other:?}"
+                ));
+            }
+        }
+    }
+    if waited > timeout * 10 {
+        return Err(format!(
+            "the timeouts took {waited:?} for a {timeout:?} bound"
+        ));
+    }
+    // Queued calls behind the one that timed out did not compute: marked.
+    let stream0 = ranks[0].stream().clone();
+    for (k, out) in tensors[0].1.iter().enumerate() {
+        let host: Vec<bf16> = stream0.clone_dtoh(out).map_err(err)?;
+        let bytes: Vec<u8> = host
+            .iter()
+            .flat_map(|v| v.to_bits().to_le_bytes())
+            .collect();
+        let marked = bytes.chunks(2).filter(|p| p == &[0xff, 0xff]).count();
+        let expect_all = k > 0;
+        if (expect_all && !all_failed_marks(&bytes)) || marked == 0 {
+            return Err(format!(
+                "call {k} of rank 0: {marked} of {n} elements marked as failed (expected {})",
+                if expect_all { "all" } else { "some" }
+            ));
+        }
+    }
+    // Every later call is refused at once and launches nothing.
+    let (input, outputs) = &mut tensors[0];
+    let out = &mut outputs[0];
+    gpu_common::fill_bytes(&stream0, out, 0x5a);
+    stream0.synchronize().map_err(err)?;
+    let again = Instant::now();
+    let refused = ranks[0].all_reduce(&input.as_view(), &mut out.as_view_mut(), how);
+    let refused_in = again.elapsed();
+    if !matches!(refused, Err(Error::Timeout { .. })) || refused_in > Duration::from_millis(5) {
+        return Err(format!(
+            "the next call gave {refused:?} after {refused_in:?}"
+        ));
+    }
+    stream0.synchronize().map_err(err)?;
+    let host: Vec<bf16> = stream0.clone_dtoh(out).map_err(err)?;
+    if !host.iter().all(|v| v.to_bits() == 0x5a5a) {
+        return Err("a refused call wrote its output".into());
+    }
+    if ranks[0].health().is_ok() {
+        return Err("health() is Ok on a failed rank".into());
+    }
+    match graph.launch() {
+        Err(Error::Timeout { .. }) => {}
+        other => return Err(format!("the replay of a graph gave {other:?}")),
+    }
+    // The stalled rank calls at last. Its first call can complete: its
+    // peers pushed their data before they timed out waiting for its own. Its
+    // next one waits for peers that failed (their kernels no longer send),
+    // and stops at once.
+    let (input, outputs) = &mut tensors[stalled];
+    let first = ranks[stalled]
+        .all_reduce(&input.as_view(), &mut outputs[0].as_view_mut(), how)
+        .and_then(|_| ranks[stalled].check());
+    if !matches!(first, Ok(()) | Err(Error::PeerFault { .. })) {
+        return Err(format!("the late rank's first call gave {first:?}"));
+    }
+    let late = Instant::now();
+    let second = ranks[stalled]
+        .all_reduce(&input.as_view(), &mut outputs[1].as_view_mut(), how)
+        .and_then(|_| ranks[stalled].check());
+    let late_in = late.elapsed();
+    match second {
+        Err(Error::PeerFault { .. }) if late_in < timeout => {
+            eprintln!(
+                "   world {world}: the late rank stopped after {late_in:?} (first call: {first:?})"
+            );
+            Ok(())
+        }
+        other => Err(format!(
+            "the late rank got {other:?} after {late_in:?} (expected PeerFault within {timeout:?})"
+        )),
+    }
+}
+
+/// A graph captured on a rank keeps the rank's buffers, mappings, kernels and
+/// NCCL alive: dropping the whole world and then replaying the graphs (on new
+/// inputs) still computes the right sums, in worlds of 2 to 8.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn a_captured_graph_outlives_its_world() {
+    let ctx = gpu();
+    let mut suite = Suite::new("graph lifetime");
+    for world in 2..=8 {
+        suite.record(&format!("world {world}"), outlived(&ctx, world));
+    }
+    suite.finish();
+}
+
+fn outlived(ctx: &Arc<CudaContext>, world: usize) -> Result<(), String> {
+    let err = |e: cudarc::driver::DriverError| format!("{e:?}");
+    let mut ranks = loopback(ctx, world);
+    let n = 8 * 1024;
+    let mut held = Vec::new();
+    for rank in ranks.iter_mut() {
+        let stream = rank.stream().clone();
+        let input = stream.alloc_zeros::<bf16>(n).map_err(err)?;
+        let mut output = stream.alloc_zeros::<bf16>(n).map_err(err)?;
+        let graph = rank
+            .capture(|r| {
+                for algo in [Algo::OneShotPush, Algo::TwoShotPull] {
+                    r.all_reduce(
+                        &input.as_view(),
+                        &mut output.as_view_mut(),
+                        Select::Force(algo),
+                    )?;
+                }
+                Ok(())
+            })
+            .map_err(|e| format!("capture: {e}"))?;
+        held.push((stream, input, output, graph));
+    }
+    drop(ranks);
+    let inputs = tuner::harness::validation::random_inputs::<bf16>(world, n, 0x11fe);
+    for ((stream, input, output, _), data) in held.iter_mut().zip(&inputs) {
+        stream.memcpy_htod(data, input).map_err(err)?;
+        tuner::harness::timing::poison(stream, output).map_err(|e| e.to_string())?;
+        stream.synchronize().map_err(err)?;
+    }
+    for (_, _, _, graph) in &held {
+        graph
+            .launch()
+            .map_err(|e| format!("replay after the world was dropped: {e}"))?;
+    }
+    let mut outputs = Vec::new();
+    for (stream, _, output, graph) in &held {
+        stream.synchronize().map_err(err)?;
+        graph
+            .lifeline()
+            .health()
+            .map_err(|e| format!("after the replay: {e}"))?;
+        outputs.push(stream.clone_dtoh(output).map_err(err)?);
+    }
+    let views: Vec<&[bf16]> = outputs.iter().map(Vec::as_slice).collect();
+    tuner::harness::validation::check_identical(&views)?;
+    tuner::harness::validation::check_all_reduce(
+        &inputs,
+        &outputs[0],
+        kernels::raw::SentinelRule::None,
+    )?;
+    drop(held);
+    Ok(())
+}
+
+/// `tuner bench` with a fault injected into one configuration (the last rank
+/// never issues its call): only that configuration is reported failed; the
+/// bench builds a new world and every other configuration is timed.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn one_broken_configuration_stays_one_failure_in_the_bench() {
+    let _ctx = gpu();
+    let tuner = std::env::var_os("COLLTUNE_TUNER_EXE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_tuner")));
+    let output = std::process::Command::new(&tuner)
+        .args([
+            "bench",
+            "--loopback",
+            "--world",
+            "2",
+            "--collective",
+            "all_reduce",
+            "--algos",
+            "one_shot_push,one_shot_pull,nccl",
+            "--sizes",
+            "4KiB,64KiB",
+            "--modes",
+            "graph,eager",
+            "--samples",
+            "3",
+            "--timeout-ms",
+            "200",
+            "--inject-stall",
+            "one_shot_push@4KiB",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", tuner.display()));
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    eprintln!("{text}");
+    let failed: Vec<&str> = text.lines().filter(|l| l.contains("FAILED")).collect();
+    assert_eq!(
+        failed.len(),
+        2,
+        "graph and eager rows of the stalled size:\n{text}"
+    );
+    assert!(
+        failed
+            .iter()
+            .all(|l| l.contains("one_shot_push") && l.contains("4KiB")),
+        "{text}"
+    );
+    // 2 sizes x 3 algorithms x 2 modes, less the two failed rows.
+    let timed = text
+        .lines()
+        .filter(|l| l.starts_with("all_reduce") && !l.contains("FAILED") && !l.contains("declined"))
+        .count();
+    assert_eq!(timed, 10, "{text}");
+    assert!(text.contains("building a new one"), "{text}");
+    assert!(
+        !output.status.success(),
+        "a failed configuration must fail the run"
+    );
 }

@@ -113,6 +113,12 @@ fn a_peer_that_dies_times_out_on_the_survivors() {
         if !(ok && text.contains("expected outcome") && text.contains("kind=timeout")) {
             failures.push(format!("kill mode {mode}:\n{text}"));
         }
+        // The survivor's next call after the fault is refused, not run.
+        if !text.contains("FAILFAST rank=0 next_call=refused") {
+            failures.push(format!(
+                "kill mode {mode}: the survivor's next call was not refused:\n{text}"
+            ));
+        }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -212,6 +218,13 @@ fn kill_across_gpus(args: &[&str], bound_s: f64, grace_s: f64) -> Result<(), Str
     }
     if !(ok && text.contains("expected outcome")) {
         return Err(format!("{}:\n{text}", args.join(" ")));
+    }
+    // Outside the soak, the survivor's next call after the fault is refused.
+    if !args.contains(&"--soak") && !text.contains("FAILFAST rank=0 next_call=refused") {
+        return Err(format!(
+            "{}: the survivor's next call was not refused:\n{text}",
+            args.join(" ")
+        ));
     }
     match slowest_survivor(&text) {
         Some(s) if s <= bound_s + grace_s => Ok(()),

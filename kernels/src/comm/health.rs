@@ -10,7 +10,8 @@
 //! returns it. The check costs an atomic load of host memory (and, in worlds
 //! with NCCL, `ncclCommGetAsyncError`), so it runs before every call.
 
-use std::sync::OnceLock;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -24,7 +25,10 @@ pub(crate) struct Health {
     timeout: Duration,
     /// Where this rank's kernels mirror their fault; `None` once given up.
     mirror: Option<MappedHostWords>,
-    first: OnceLock<Error>,
+    first: Mutex<Option<Error>>,
+    /// Whether `first` holds a fault: the healthy path reads this and the
+    /// mirror's error word, and takes no lock.
+    known: AtomicBool,
 }
 
 impl Health {
@@ -33,7 +37,8 @@ impl Health {
             rank,
             timeout,
             mirror: Some(mirror),
-            first: OnceLock::new(),
+            first: Mutex::new(None),
+            known: AtomicBool::new(false),
         }
     }
 
@@ -44,7 +49,8 @@ impl Health {
             rank,
             timeout,
             mirror: None,
-            first: OnceLock::new(),
+            first: Mutex::new(None),
+            known: AtomicBool::new(false),
         }
     }
 
@@ -58,8 +64,18 @@ impl Health {
     /// it is written (for calls issued after it; calls already queued then
     /// mark their outputs as failed on the device).
     pub(crate) fn check(&self) -> Result<()> {
-        if let Some(first) = self.first.get() {
-            return Err(first.clone());
+        if !self.known.load(Ordering::Acquire) && self.mirror_error() == 0 {
+            return Ok(());
+        }
+        if let Some(first) = self.first() {
+            // A mismatch replaces a "peer failed" fault on the device (see
+            // report_fault_words): follow it.
+            if matches!(first, Error::PeerFault { .. })
+                && let Some(fault @ Error::Mismatch(_)) = self.device_fault()
+            {
+                return Err(self.record(fault));
+            }
+            return Err(first);
         }
         match self.device_fault() {
             Some(fault) => Err(self.record(fault)),
@@ -69,7 +85,11 @@ impl Health {
 
     /// Whether a fault is known (the device's included).
     pub(crate) fn is_broken(&self) -> bool {
-        self.first.get().is_some() || self.device_fault().is_some()
+        self.first().is_some() || self.device_fault().is_some()
+    }
+
+    fn first(&self) -> Option<Error> {
+        self.first.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Records `error` as this rank's fault (a fault the device recorded
@@ -82,8 +102,24 @@ impl Health {
         self.record(error)
     }
 
+    /// Keeps `error` unless a fault is known; a mismatch replaces a failed
+    /// peer (the mismatch is the cause).
     fn record(&self, error: Error) -> Error {
-        self.first.get_or_init(|| error).clone()
+        let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
+        let replace = matches!(
+            (&*first, &error),
+            (None, _) | (Some(Error::PeerFault { .. }), Error::Mismatch(_))
+        );
+        if replace {
+            *first = Some(error);
+            self.known.store(true, Ordering::Release);
+        }
+        first.clone().expect("set above")
+    }
+
+    /// The mirror's error word (0: no device fault).
+    fn mirror_error(&self) -> u32 {
+        self.mirror.as_ref().map_or(0, |m| m.load(host::ERROR))
     }
 
     /// The fault the device mirrored, as an error.
@@ -205,6 +241,27 @@ mod tests {
             assert!(matches!(health.check(), Err(Error::Nccl { .. })));
         }
         assert!(health.is_broken());
+    }
+
+    #[test]
+    fn a_mismatch_replaces_a_failed_peer_as_the_first_fault() {
+        let health = Health::host_only(0, Duration::from_secs(1));
+        let peer = health.fail(Error::PeerFault {
+            rank: 0,
+            peer: 1,
+            during: "one_shot_pull (barrier 1, block 3)".into(),
+        });
+        assert!(matches!(peer, Error::PeerFault { .. }));
+        let cause = health.fail(Error::Mismatch("rank 0 called x, rank 1 called y".into()));
+        assert!(matches!(cause, Error::Mismatch(_)), "{cause:?}");
+        assert!(matches!(health.check(), Err(Error::Mismatch(_))));
+        // Nothing else replaces it.
+        let later = health.fail(Error::PeerFault {
+            rank: 0,
+            peer: 2,
+            during: "x".into(),
+        });
+        assert!(matches!(later, Error::Mismatch(_)));
     }
 
     #[test]

@@ -183,6 +183,13 @@ impl RankComm {
         &self.res.options
     }
 
+    /// How many blocks (of this world's block size) of its heaviest kernel one
+    /// SM holds, and which kernel that is: with the GPU's SMs, what bounds the
+    /// blocks ranks sharing a GPU may launch (`protocol::launch`).
+    pub fn blocks_per_sm(&self) -> (u32, &str) {
+        self.res.kernels.blocks_per_sm()
+    }
+
     /// Whether launches use programmatic dependent launch (asked for in
     /// [`Options::programmatic_launch`] and available: sm_90 and later).
     pub fn programmatic_launch(&self) -> bool {

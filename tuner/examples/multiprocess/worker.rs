@@ -316,20 +316,33 @@ fn decode_loop<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure
         } else {
             watch::busy("all_reduce");
         }
-        let ran = comm
+        let outcome = comm
             .all_reduce(&input.as_view(), &mut output.as_view_mut(), how)
             .and_then(|ran| {
                 watch::busy("check after a call");
                 comm.check().map(|()| ran)
-            })
-            .map_err(|e| {
+            });
+        let ran = match outcome {
+            Ok(ran) => ran,
+            Err(e) => {
                 let failure = Failure {
                     message: format!("call {call}: {e}"),
                     ..Failure::from(e)
                 };
                 watch::report(&failure);
-                failure
-            })?;
+                // Fail fast: a rank that knows of a fault refuses its next
+                // call at once and launches nothing.
+                watch::busy("the call after the fault");
+                let again = Instant::now();
+                let next = comm.all_reduce(&input.as_view(), &mut output.as_view_mut(), how);
+                println!(
+                    "FAILFAST rank={rank} next_call={} after_us={}",
+                    if next.is_err() { "refused" } else { "ran" },
+                    again.elapsed().as_micros()
+                );
+                return Err(failure);
+            }
+        };
         busy += start.elapsed();
         watch::busy("reading a call's output");
         let result = stream.clone_dtoh(&output)?;

@@ -464,13 +464,21 @@ mod gpu {
             info.nccl_version.as_deref().unwrap_or("not installed")
         );
         let shape = ranks[0].launch_shape();
+        let (per_sm, heaviest) = ranks[0].blocks_per_sm();
         if loopback {
             let _ = writeln!(
                 text,
-                "world: loopback, {} ranks on one GPU ({} blocks x {} threads per rank)",
+                "world: loopback, {} ranks on one GPU ({} blocks x {} threads per rank; an SM \
+                 holds {per_sm} block(s) of the heaviest kernel, {heaviest}; programmatic launch \
+                 {})",
                 ranks.len(),
                 shape.max_blocks,
-                shape.threads
+                shape.threads,
+                if ranks[0].programmatic_launch() {
+                    "on: two grids per rank resident at once"
+                } else {
+                    "off"
+                }
             );
         } else {
             let _ = writeln!(

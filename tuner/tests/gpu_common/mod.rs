@@ -229,7 +229,20 @@ fn on_ranks<T: Element>(
     .map_err(|e| e.to_string())
 }
 
-/// One eager call on every rank, checked. Returns the algorithm that ran.
+/// Calls issued back to back for one case: three (so that, under
+/// programmatic launch, each rank's next kernel is scheduled while its
+/// current one still runs, as in an engine's forward pass), except for an
+/// in-place all-reduce, whose sum would change with every call.
+pub fn back_to_back(case: &Case) -> usize {
+    if case.placement == Placement::InPlace && case.collective == Collective::AllReduce {
+        1
+    } else {
+        3
+    }
+}
+
+/// The case's call issued [`back_to_back`] times on every rank with no wait in
+/// between, then checked. Returns the algorithm that ran.
 pub fn eager<T: Element>(ranks: &mut [RankComm], case: &Case) -> Result<Algo, String> {
     let world = ranks.len();
     let inputs = random_inputs::<T>(world, case.per_rank, case.seed);
@@ -238,17 +251,29 @@ pub fn eager<T: Element>(ranks: &mut [RankComm], case: &Case) -> Result<Algo, St
         .zip(&inputs)
         .map(|(rank, input)| stage(rank, case, input))
         .collect::<Result<Vec<_>, _>>()?;
+    let calls = back_to_back(case);
     let states = on_ranks(ranks, states, |rank, state| {
-        state.ran = Some(issue(rank, case, state).map_err(|e| e.to_string())?);
+        for _ in 0..calls {
+            let ran = issue(rank, case, state).map_err(|e| e.to_string())?;
+            if state.ran.is_some_and(|first| first != ran) {
+                return Err(format!(
+                    "the same call ran {first:?} then {ran:?}",
+                    first = state.ran
+                ));
+            }
+            state.ran = Some(ran);
+        }
         rank.check().map_err(|e| e.to_string())?;
         download(rank, state)
     })?;
     check_results(ranks, case.collective, &inputs, &states)
 }
 
-/// Captures one call per rank, replays it `replays` times and checks; then
-/// changes the inputs, replays once more and checks again (a replay that used
-/// stale buffers would still show the first data).
+/// Captures the case's call ([`back_to_back`] times, at most twice, so that
+/// the graph holds a programmatic edge between two of the custom kernels)
+/// per rank, replays the graph `replays` times and checks; then changes the
+/// inputs, replays once more and checks again (a replay that used stale
+/// buffers would still show the first data).
 pub fn graph<T: Element>(
     ranks: &mut [RankComm],
     case: &Case,
@@ -261,11 +286,14 @@ pub fn graph<T: Element>(
         .zip(&first)
         .map(|(rank, input)| stage(rank, case, input))
         .collect::<Result<Vec<_>, _>>()?;
+    let calls = back_to_back(case).min(2);
     let states = on_ranks(ranks, states, |rank, state| {
         let mut ran = None;
         let graph = rank
             .capture(|r| {
-                ran = Some(issue(r, case, state)?);
+                for _ in 0..calls {
+                    ran = Some(issue(r, case, state)?);
+                }
                 Ok(())
             })
             .map_err(|e| format!("capture: {e}"))?;
@@ -372,7 +400,11 @@ impl Suite {
 }
 
 /// Writes a byte pattern over a slice (for ad-hoc checks).
-pub fn fill_bytes<T: Element>(stream: &Arc<CudaStream>, slice: &mut CudaSlice<T>, byte: u8) {
+pub fn fill_bytes<T: cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    slice: &mut CudaSlice<T>,
+    byte: u8,
+) {
     let bytes = slice.num_bytes();
     let (ptr, _w) = slice.device_ptr_mut(stream);
     // SAFETY: the range is the live allocation behind `slice`.
