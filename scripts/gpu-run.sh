@@ -91,10 +91,23 @@ if [ -z "${SKIP_TUNER:-}" ] && [ -z "$filter" ] && [ -x "$bin/tuner" ]; then
   tail -n 40 "$out/tuner-sweep.log"
   toml=$(ls "$out"/tuned/*.toml 2>/dev/null | head -n 1)
   if [ $rc -eq 0 ] && [ -n "$toml" ]; then
+    vrc=0
     # shellcheck disable=SC2086
     timeout --signal=KILL 300 "$bin/tuner" verify "$toml" $tuner_keys --no-progress \
-      > "$out/tuner-verify.log" 2>&1 || rc=$?
+      > "$out/tuner-verify.log" 2>&1 || vrc=$?
     cat "$out/tuner-verify.log"
+    # A loopback world's timings say nothing about a link (all ranks share one
+    # GPU, and eager calls from its rank threads jitter by tenths of a µs):
+    # there, verify's regret verdict (exit 2) is reported, not a failure of
+    # the run; the run checks that sweep, verify and re-fit work end to end.
+    case " $tuner_keys " in
+      *" --loopback "*)
+        if [ $vrc -eq 2 ]; then
+          echo "verify verdict on a loopback world (informational, not link timing): $(grep -c -- '— FAIL' "$out/tuner-verify.log") key(s) above the regret limits"
+          vrc=0
+        fi ;;
+    esac
+    [ $vrc -eq 0 ] || rc=$vrc
     if "$bin/tuner" fit "${toml%.toml}.evidence.json" -o - 2>/dev/null | cmp -s - "$toml"; then
       echo "re-fit of the evidence reproduces $(basename "$toml") byte for byte"
     else
