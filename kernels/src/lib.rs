@@ -10,6 +10,14 @@
 //! [`World::process`] with a [`ProcessSpec`] and a [`Join`]), [`RankComm`] runs
 //! collectives on [`Element`] tensors, chosen by `policy` or forced
 //! ([`Select`]), configured by [`Options`], failing with [`Error`].
+//! [`RankComm::capture`] returns a [`Captured`] graph, which keeps the rank's
+//! resources alive ([`Lifeline`]).
+//!
+//! Once a rank knows of a fault (a peer that did not arrive, ranks that made
+//! different calls, an NCCL error), every later call returns that first fault
+//! and launches nothing, and kernels already queued mark their outputs as
+//! failed (all bits set) rather than leave stale values: no call returns `Ok`
+//! with an output it did not compute after the fault was known.
 //!
 //! Inside, bottom to top (the shape of cudarc's `sys` → `result` → `safe`),
 //! all private:

@@ -138,8 +138,8 @@ pub fn validate_threads(threads: u32, world: usize) -> Result<u32, String> {
 }
 
 impl LaunchShape {
-    /// Checks a requested shape: the block size ([`validate_threads`]) and
-    /// the block count against what can be resident ([`Residency`]).
+    /// Checks a requested shape: the block size (`validate_threads`) and
+    /// the block count against what can be resident (`Residency`).
     pub fn validate(self, world: usize, residency: &Residency) -> Result<Self, String> {
         validate_threads(self.threads, world)?;
         if self.max_blocks == 0 || self.max_blocks > MAX_BLOCKS {
@@ -162,7 +162,7 @@ impl LaunchShape {
     }
 
     /// The default block count for blocks of `threads`: on a shared GPU what
-    /// can be resident (at most [`DEFAULT_SHARED_BLOCKS`]); on a GPU of its
+    /// can be resident (at most `DEFAULT_SHARED_BLOCKS`); on a GPU of its
     /// own one block per SM (which large messages need to keep enough NVLink
     /// traffic in flight; see [`LaunchShape::grid`]), or fewer if the GPU
     /// holds fewer.
