@@ -56,6 +56,7 @@ mod progress;
 pub mod show;
 pub mod stats;
 pub mod sweep;
+pub mod tables;
 pub mod verify;
 pub mod write;
 

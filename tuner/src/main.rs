@@ -53,7 +53,7 @@ fn main() -> ExitCode {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(error) => {
             eprintln!("tuner: {error}");
-            ExitCode::FAILURE
+            ExitCode::from(error.exit_code())
         }
     }
 }
