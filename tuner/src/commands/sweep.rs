@@ -146,7 +146,7 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     let estimate = if synthetic {
         // The model's latencies are not spent: the sweep takes a fraction of this.
         format!(
-            "{} of modelled GPU time (the synthetic model runs faster)",
+            "{} of modelled GPU time, which the synthetic model does not spend",
             format::duration(plan.estimated_seconds)
         )
     } else {
@@ -178,6 +178,9 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
 
     let stop = install_ctrl_c();
     let mut progress = Progress::new(stop, !args.no_progress);
+    if synthetic {
+        progress = progress.modelled();
+    }
     let started = std::time::Instant::now();
     let outcome = run_sweep(&mut *backend, &settings, &crate::today_utc(), &mut progress)
         .map_err(Error::Usage)?;
@@ -319,7 +322,7 @@ fn unwritten(
     let message = failure.error.to_string();
     match kept {
         Ok(path) => Error::Failed(format!(
-            "{message}\nthe measurements ({took}) are kept in {}; once the problem is fixed, `tuner fit {} -o {}` writes the tables",
+            "{message}\nthe measurements (taken in {took}) are kept in {}; once the problem is fixed, `tuner fit {} -o {}` writes the tables",
             path.display(),
             path.display(),
             toml_path.display()
