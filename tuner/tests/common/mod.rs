@@ -108,7 +108,7 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 
 /// A quick synthetic sweep's arguments (world size 2, bf16, graph, both
 /// collectives, up to 1 MiB: well under a second), into `out`.
-pub fn quick_sweep<'a>(out: &'a str) -> Vec<&'a str> {
+pub fn quick_sweep(out: &str) -> Vec<&str> {
     vec![
         "sweep",
         "--synthetic",
