@@ -20,6 +20,7 @@ row of a Markdown table against a CSV.
 """
 
 import csv
+import decimal
 import os
 import re
 import sys
@@ -126,7 +127,9 @@ def span(values, fmt="{:.2f}", unit=""):
 
 
 def thousands(value):
-    return f"{value:,.0f}".replace(",", " ")
+    """`15 863`: a whole number (halves rounded up), thousands apart by a space."""
+    whole = int(decimal.Decimal(str(value)).quantize(decimal.Decimal(1), decimal.ROUND_HALF_UP))
+    return f"{whole:,}".replace(",", " ")
 
 
 # ---------------------------------------------------------------------------
@@ -179,6 +182,30 @@ class TableClaim:
         return out
 
 
+class ExcerptClaim:
+    """The lines of the code block after `marker` in the doc are lines of
+    `log` (a quoted run must be what the run printed); `…` lines are elisions."""
+
+    def __init__(self, doc, marker, log):
+        self.doc, self.marker, self.log, self.source = doc, marker, log, log
+
+    def problems(self):
+        lines = read(self.doc).splitlines()
+        start = next((i for i, l in enumerate(lines) if l.strip() == self.marker), None)
+        if start is None:
+            return [f"no line `{self.marker}`"]
+        logged = set(read(self.log).splitlines())
+        out = []
+        for line in lines[start + 1 :]:
+            if line.startswith("```") or line.startswith("$ ") or not line.strip():
+                break
+            if line.startswith("…"):
+                continue
+            if line not in logged:
+                out.append(f"`{line}` is not in the log")
+        return out
+
+
 def parse_size(text):
     number, unit = re.match(r"([\d.]+)\s*(KiB|MiB|GiB|B)?", text).groups()
     scale = {"KiB": KIB, "MiB": MIB, "GiB": 1 << 30}.get(unit, 1)
@@ -194,6 +221,7 @@ VERIFY_WS4 = "tuner/runs/2026-11-30-h200-x4-2/verify4.log"
 VERIFY_PUBLISHED_WS4 = "tuner/runs/2026-11-30-h200-x4-2/verify4-pub.log"
 SWEEP_WS4 = "tuner/runs/2026-11-30-h200-x4-2/sweep4.log"
 PROCESSES_DEALT = "kernels/bench/runs/gpu_processes-h200-x2-dealt.log"
+SOAK_X4 = "kernels/bench/runs/soak-h200-x4.log"
 AB_DEAL = "kernels/bench/runs/ab-2026-12-01/r4-"
 AB_PDL = "kernels/bench/runs/ab-2026-11-30/"
 
@@ -256,6 +284,21 @@ def ws4():
         "r16m": f"{ratio(t, 'all_reduce', 16 * MIB):.2f}",
         "ag": span(ag),
     }
+
+
+def ws2_sweep():
+    return {
+        "points": last_match(SWEEP_WS2, r"\((\d+) points"),
+        "took": last_match(SWEEP_WS2, r"measured in ([\dms ]+)\)"),
+    }
+
+
+def soak_x4():
+    line = re.findall(
+        r"soak: replays=100000 seconds=[\d.]+ replays_per_s=([\d.]+) failures=(\d+) wall_s=([\d.]+)",
+        read(SOAK_X4),
+    )[-1]
+    return {"rate": thousands(float(line[0])), "failures": line[1], "wall": line[2]}
 
 
 def soak():
@@ -424,6 +467,19 @@ CLAIMS = [
         soak,
         PROCESSES_DEALT,
     ),
+    # tuner/GUIDE.md
+    Claim(
+        "tuner/GUIDE.md",
+        "(16 B to 256 MiB, {points} points, {took} of measuring)",
+        ws2_sweep,
+        SWEEP_WS2,
+    ),
+    ExcerptClaim("tuner/GUIDE.md", "$ tuner verify tuned/sm90-nvlink.toml --world-sizes 2", VERIFY_WS2),
+    ExcerptClaim(
+        "tuner/GUIDE.md",
+        "$ tuner verify published-sm90-nvlink.toml --world-sizes 2",
+        VERIFY_PUBLISHED_WS2,
+    ),
     # kernels/GPU.md
     TableClaim(
         "kernels/GPU.md",
@@ -476,6 +532,12 @@ CLAIMS = [
         soak,
         PROCESSES_DEALT,
     ),
+    Claim(
+        "kernels/GPU.md",
+        "100 000 replays, {rate} replays/s, {failures} failures, {wall} s wall",
+        soak_x4,
+        SOAK_X4,
+    ),
 ]
 
 
@@ -484,10 +546,10 @@ def main():
     failures = 0
     for claim in CLAIMS:
         try:
-            if isinstance(claim, TableClaim):
+            if isinstance(claim, (TableClaim, ExcerptClaim)):
                 problems = claim.problems()
                 if listing:
-                    print(f"{claim.doc}: table `{claim.header}` against {claim.source}")
+                    print(f"{claim.doc}: {type(claim).__name__} against {claim.source}")
             else:
                 expected = claim.expected()
                 if listing:
