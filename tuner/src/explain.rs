@@ -353,6 +353,19 @@ mod tests {
         Arch::from_compute_capability(major, minor)
     }
 
+    /// An all-reduce of bf16 in graph mode.
+    fn all_reduce(arch: Arch, link: Link, world_size: u32, bytes: u64) -> Query {
+        Query::new(
+            Collective::AllReduce,
+            arch,
+            link,
+            world_size,
+            DType::Bf16,
+            Mode::Graph,
+            bytes,
+        )
+    }
+
     #[cfg(feature = "gpu")]
     #[test]
     fn max_world_is_the_kernels_bound() {
@@ -539,15 +552,7 @@ mod tests {
 
     #[test]
     fn a_zero_byte_query_claims_no_lower_bound_and_runs_nothing() {
-        let q = Query::new(
-            Collective::AllReduce,
-            Arch::SM90,
-            Link::NvLink,
-            8,
-            DType::Bf16,
-            Mode::Graph,
-            0,
-        );
+        let q = all_reduce(Arch::SM90, Link::NvLink, 8, 0);
         let text = explain(q);
         assert!(text.contains("band 1 of "), "{text}");
         assert!(text.contains(": bytes ≤ "), "{text}");
@@ -560,15 +565,7 @@ mod tests {
     fn a_size_the_kernel_declines_runs_nccl() {
         // 17 bytes: inside the first (custom) band of sm90 ws8 graph, but not
         // a multiple of 16.
-        let q = Query::new(
-            Collective::AllReduce,
-            Arch::SM90,
-            Link::NvLink,
-            8,
-            DType::Bf16,
-            Mode::Graph,
-            17,
-        );
+        let q = all_reduce(Arch::SM90, Link::NvLink, 8, 17);
         let text = explain(q);
         let selected = policy::select(q);
         assert!(selected.is_custom(), "{text}");
@@ -585,15 +582,7 @@ mod tests {
     #[test]
     fn world_sizes_outside_the_kernels_range_say_why() {
         for (w, why) in [(1, "no peer to exchange with"), (16, "at most 8 ranks")] {
-            let q = Query::new(
-                Collective::AllReduce,
-                Arch::SM90,
-                Link::NvLink,
-                w,
-                DType::Bf16,
-                Mode::Graph,
-                4096,
-            );
+            let q = all_reduce(Arch::SM90, Link::NvLink, w, 4096);
             let text = explain(q);
             assert!(text.contains(why), "{text}");
             assert_eq!(runs(&text), "nccl");
@@ -602,15 +591,7 @@ mod tests {
 
     #[test]
     fn no_file_means_nccl() {
-        let q = Query::new(
-            Collective::AllReduce,
-            sm(7, 5),
-            Link::Pcie,
-            8,
-            DType::Bf16,
-            Mode::Graph,
-            4096,
-        );
+        let q = all_reduce(sm(7, 5), Link::Pcie, 8, 4096);
         let text = explain(q);
         assert!(text.contains("file: none for sm75 pcie"), "{text}");
         assert!(text.contains("because: a query with no table selects nccl"));
@@ -635,15 +616,7 @@ mod tests {
         let Some(p) = policy::PLATFORMS.first() else {
             return;
         };
-        let q = Query::new(
-            Collective::AllReduce,
-            p.arch,
-            p.link,
-            7,
-            DType::Bf16,
-            Mode::Graph,
-            4096,
-        );
+        let q = all_reduce(p.arch, p.link, 7, 4096);
         let text = explain(q);
         assert!(
             text.contains("table: none for all_reduce ws7 bf16 graph"),

@@ -324,14 +324,44 @@ mod tests {
         tables: &TABLES,
     }];
 
-    const SET: TableSet = TableSet::Files {
-        origin: "test data",
-        platforms: &PLATFORMS,
-    };
+    /// The test data as a table set: the documents are what `platforms`
+    /// shows (sm90 nvlink, with the tables above).
+    fn set() -> TableSet {
+        TableSet::Files {
+            origin: "test data",
+            documents: Vec::leak(vec![document()]),
+            platforms: &PLATFORMS,
+        }
+    }
+
+    fn document() -> tuned_schema::Document {
+        use tuned_schema::{Document, Platform, Provenance, Source, Table};
+        Document {
+            platform: Platform {
+                arch: Arch::SM90,
+                gpu: "NVIDIA H200".into(),
+                link: Link::NvLink,
+                source: Source::Published,
+                citation: Some("somewhere".into()),
+                provenance: Provenance::default(),
+            },
+            capacities: CAPACITIES.to_vec(),
+            tables: TABLES
+                .iter()
+                .map(|t| Table {
+                    key: t.key,
+                    source: None,
+                    note: None,
+                    bands: t.bands.to_vec(),
+                })
+                .collect(),
+            asserts: vec![],
+        }
+    }
 
     #[test]
     fn shows_bands_capacities_and_source() {
-        let text = render(&SET, &ShowFilter::default());
+        let text = render(&set(), &ShowFilter::default());
         assert!(text.contains("sm90 nvlink — NVIDIA H200 — "), "{text}");
         assert!(text.contains("citation: somewhere"));
         assert!(text.contains("capacity: all_reduce one_shot_pull ≤ 1MiB, multiples of 16 B"));
@@ -344,7 +374,7 @@ mod tests {
 
     #[test]
     fn every_table_says_where_it_came_from() {
-        let text = render(&SET, &ShowFilter::default());
+        let text = render(&set(), &ShowFilter::default());
         assert!(
             text.contains(
                 "source: measured on 2026-11-29 by tuner v0.1.0, evidence sm90-nvlink.evidence.json"
@@ -368,14 +398,14 @@ mod tests {
             notes: true,
             ..ShowFilter::default()
         };
-        let text = render(&SET, &filter);
+        let text = render(&set(), &filter);
         assert!(text.contains("all_gather ws4 f16 eager"));
         assert!(!text.contains("all_reduce ws8"));
         let none = ShowFilter {
             link: Some(Link::Pcie),
             ..ShowFilter::default()
         };
-        assert!(render(&SET, &none).contains("no file for pcie: every query there selects nccl"));
+        assert!(render(&set(), &none).contains("no file for pcie: every query there selects nccl"));
     }
 
     #[test]
@@ -384,7 +414,7 @@ mod tests {
             arch: Some(Arch::from_compute_capability(9, 5)),
             ..ShowFilter::default()
         };
-        let text = render(&SET, &later);
+        let text = render(&set(), &later);
         assert!(
             text.contains("sm95 nvlink: no file of its own; sm90 nvlink answers it"),
             "{text}"
@@ -395,10 +425,10 @@ mod tests {
             ..ShowFilter::default()
         };
         assert!(
-            render(&SET, &other_major)
+            render(&set(), &other_major)
                 .contains("no file answers sm100 on any link (nor an earlier sm10x minor)"),
         );
-        let json = to_json(&SET, &later);
+        let json = to_json(&set(), &later);
         assert_eq!(json["platforms"][0]["answers_for"], "sm95");
         assert_eq!(json["platforms"][0]["arch"], "sm90");
     }

@@ -1,19 +1,18 @@
 //! The tables `show` and `explain` read: the ones compiled into `policy`, or
 //! tuned files read from disk (a sweep's output, before it is compiled). Both
-//! answer through the same three rules `policy` generates its code from: which
-//! file answers a platform ([`Arch::answered_by`]), which band holds a size,
-//! and which capacity a custom algorithm has there (the file's entry, else
-//! [`default_capacity`]). For the compiled tables the answers are `policy`'s
-//! own functions; for files they are computed from the same data with the same
-//! rules, and a test holds the two equal on the compiled tables.
+//! answer through the rules `policy` generates its code from: which file
+//! answers a platform ([`tuned_schema::Arch::answered_by`]), which band holds
+//! a size, and which capacity a custom algorithm has there (the file's entry,
+//! else [`tuned_schema::default_capacity`]). For the compiled tables the
+//! answers are `policy`'s own functions; for files, `tuned_schema::interpret`,
+//! the reference the generated code is tested against.
 
 use std::path::Path;
 
 use policy::{PlatformInfo, TableInfo};
 use tuned_schema::parse::parse_document;
 use tuned_schema::{
-    Algo, Arch, Band, Capacity, CapacityEntry, Collective, Document, Link, Query, default_capacity,
-    interpret,
+    Algo, Arch, Band, Capacity, CapacityEntry, Collective, Document, Link, Query, interpret,
 };
 
 /// A set of platform files.
@@ -25,6 +24,9 @@ pub enum TableSet {
     Files {
         /// The file or folder as given, for messages.
         origin: &'static str,
+        /// The documents, for `tuned_schema::interpret`.
+        documents: &'static [Document],
+        /// The same, as `policy::PLATFORMS` holds them, for display.
         platforms: &'static [PlatformInfo],
     },
 }
@@ -53,8 +55,10 @@ impl TableSet {
             .iter()
             .map(|(path, doc)| platform_info(doc, path))
             .collect();
+        let documents: Vec<Document> = files.into_iter().map(|(_, doc)| doc).collect();
         Ok(TableSet::Files {
             origin: leak(shown),
+            documents: Vec::leak(documents),
             platforms: Vec::leak(platforms),
         })
     }
@@ -78,7 +82,7 @@ impl TableSet {
     pub fn table_arch(&self, arch: Arch, link: Link) -> Option<Arch> {
         match self {
             TableSet::Compiled => policy::table_arch(arch, link),
-            TableSet::Files { platforms, .. } => table_arch_in(platforms, arch, link),
+            TableSet::Files { documents, .. } => interpret::table_arch(documents, arch, link),
         }
     }
 
@@ -94,7 +98,7 @@ impl TableSet {
     pub fn select(&self, q: Query) -> Algo {
         match self {
             TableSet::Compiled => policy::select(q),
-            TableSet::Files { platforms, .. } => select_in(platforms, q),
+            TableSet::Files { documents, .. } => interpret::select(documents, q),
         }
     }
 
@@ -102,55 +106,11 @@ impl TableSet {
     pub fn capacity(&self, arch: Arch, link: Link, collective: Collective, algo: Algo) -> Capacity {
         match self {
             TableSet::Compiled => policy::capacity(arch, link, collective, algo),
-            TableSet::Files { platforms, .. } => {
-                capacity_in(platforms, arch, link, collective, algo)
+            TableSet::Files { documents, .. } => {
+                interpret::capacity(documents, arch, link, collective, algo)
             }
         }
     }
-}
-
-/// [`TableSet::table_arch`] on plain data: the fallback rule, [`Arch::answered_by`].
-pub fn table_arch_in(platforms: &[PlatformInfo], arch: Arch, link: Link) -> Option<Arch> {
-    arch.answered_by(platforms.iter().filter(|p| p.link == link).map(|p| p.arch))
-}
-
-/// [`TableSet::select`] on plain data: the band of the answering file's table
-/// that holds `q.bytes`, else NCCL.
-pub fn select_in(platforms: &[PlatformInfo], q: Query) -> Algo {
-    let Some(arch) = table_arch_in(platforms, q.arch, q.link) else {
-        return Algo::Nccl;
-    };
-    platforms
-        .iter()
-        .find(|p| p.arch == arch && p.link == q.link)
-        .and_then(|p| p.table(q.key()))
-        .and_then(|t| band_of(t.bands, q.bytes))
-        .map_or(Algo::Nccl, |(_, _, _, algo)| algo)
-}
-
-/// [`TableSet::capacity`] on plain data: the answering file's entry, else the default.
-pub fn capacity_in(
-    platforms: &[PlatformInfo],
-    arch: Arch,
-    link: Link,
-    collective: Collective,
-    algo: Algo,
-) -> Capacity {
-    if !algo.is_custom() || !algo.implements(collective) {
-        return default_capacity(collective, algo);
-    }
-    table_arch_in(platforms, arch, link)
-        .and_then(|answering| {
-            platforms
-                .iter()
-                .find(|p| p.arch == answering && p.link == link)
-        })
-        .and_then(|p| {
-            p.capacities
-                .iter()
-                .find(|c| c.collective == collective && c.algo == algo)
-        })
-        .map_or(default_capacity(collective, algo), |c| c.capacity)
 }
 
 /// The band holding `bytes`: its index, its first and last size, its algorithm.
@@ -218,6 +178,14 @@ mod tests {
     use proptest::prelude::*;
     use tuned_schema::{DType, Mode};
 
+    /// The repository's `tuned/`, read once.
+    fn repository_tuned() -> TableSet {
+        static TUNED: std::sync::OnceLock<TableSet> = std::sync::OnceLock::new();
+        *TUNED.get_or_init(|| {
+            TableSet::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned")).unwrap()
+        })
+    }
+
     /// Queries over every compiled platform, its neighbours in minor version,
     /// every key and sizes at, around and between band edges.
     fn query() -> impl Strategy<Value = Query> {
@@ -249,26 +217,27 @@ mod tests {
     }
 
     proptest! {
-        /// The rules applied to the data agree with the generated code.
+        /// The repository's files read from disk answer as the compiled code.
         #[test]
-        fn the_data_answers_as_the_compiled_code(q in query(), algo in proptest::sample::select(Algo::ALL.to_vec())) {
-            let platforms = policy::PLATFORMS;
-            prop_assert_eq!(table_arch_in(platforms, q.arch, q.link), policy::table_arch(q.arch, q.link));
-            prop_assert_eq!(select_in(platforms, q), policy::select(q));
+        fn the_files_answer_as_the_compiled_code(
+            q in query(),
+            algo in proptest::sample::select(Algo::ALL.to_vec()),
+        ) {
+            let files = repository_tuned();
+            let compiled = TableSet::Compiled;
+            prop_assert_eq!(files.table_arch(q.arch, q.link), compiled.table_arch(q.arch, q.link));
+            prop_assert_eq!(files.select(q), compiled.select(q));
             let c = q.key.collective;
             prop_assert_eq!(
-                capacity_in(platforms, q.arch, q.link, c, algo),
-                policy::capacity(q.arch, q.link, c, algo)
+                files.capacity(q.arch, q.link, c, algo),
+                compiled.capacity(q.arch, q.link, c, algo)
             );
         }
     }
 
     #[test]
     fn the_tuned_folder_read_from_disk_is_the_compiled_one() {
-        let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned");
-        let TableSet::Files { platforms, .. } = TableSet::load(&folder).unwrap() else {
-            panic!("files");
-        };
+        let platforms = repository_tuned().platforms();
         assert_eq!(platforms.len(), policy::PLATFORMS.len());
         for (read, compiled) in platforms.iter().zip(policy::PLATFORMS) {
             assert_eq!((read.arch, read.link), (compiled.arch, compiled.link));

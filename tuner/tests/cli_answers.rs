@@ -169,9 +169,9 @@ fn explain_validates_world_sizes() {
     }
 }
 
-#[test]
-fn an_override_is_part_of_the_answer() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tuner"))
+/// `explain` of sm90 ws8 bf16 graph 4 KiB with `COLLTUNE_ALGO` set to `value`.
+fn explain_overridden(value: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tuner"))
         .args(explain_args(&[
             "--arch",
             "sm90",
@@ -180,9 +180,14 @@ fn an_override_is_part_of_the_answer() {
             "--bytes",
             "4KiB",
         ]))
-        .env(policy::OVERRIDE_ENV, "all_reduce=nccl")
+        .env(policy::OVERRIDE_ENV, value)
         .output()
-        .unwrap();
+        .expect("the tuner binary runs")
+}
+
+#[test]
+fn an_override_is_part_of_the_answer() {
+    let out = explain_overridden("all_reduce=nccl");
     exits(&out, 0);
     let text = stdout(&out);
     assert!(
@@ -190,18 +195,7 @@ fn an_override_is_part_of_the_answer() {
         "{text}"
     );
     assert!(text.ends_with("runs: nccl\n"), "{text}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tuner"))
-        .args(explain_args(&[
-            "--arch",
-            "sm90",
-            "--world-size",
-            "8",
-            "--bytes",
-            "4KiB",
-        ]))
-        .env(policy::OVERRIDE_ENV, "ring")
-        .output()
-        .unwrap();
+    let out = explain_overridden("ring");
     exits(&out, 1);
     assert!(
         stderr(&out).contains("is set but invalid"),
