@@ -24,6 +24,15 @@ fn explain_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
+/// `explain` of an all-reduce of bf16 in graph mode over NVLink, which must succeed.
+fn explained(arch: &str, world_size: &str, bytes: &str, extra: &[&str]) -> String {
+    let mut args = vec!["--arch", arch, "--world-size", world_size, "--bytes", bytes];
+    args.extend_from_slice(extra);
+    let out = tuner(&explain_args(&args));
+    exits(&out, 0);
+    stdout(&out)
+}
+
 fn json(out: &std::process::Output) -> Value {
     serde_json::from_str(&stdout(out)).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(out)))
 }
@@ -75,31 +84,13 @@ fn show_and_explain_answer_a_later_minor_from_the_same_file() {
 #[test]
 fn explain_ends_with_what_runs() {
     // 0 bytes: the band line claims no lower bound, and nothing runs.
-    let out = tuner(&explain_args(&[
-        "--arch",
-        "sm103",
-        "--world-size",
-        "8",
-        "--bytes",
-        "0",
-    ]));
-    exits(&out, 0);
-    let text = stdout(&out);
+    let text = explained("sm103", "8", "0", &[]);
     assert!(!text.contains("0 < bytes"), "{text}");
     assert!(text.contains("band 1 of 3: bytes ≤ "), "{text}");
     assert!(text.ends_with("runs: nccl\n"), "{text}");
 
     // 17 bytes: the band's kernel declines it, and the last line says nccl.
-    let out = tuner(&explain_args(&[
-        "--arch",
-        "sm90",
-        "--world-size",
-        "8",
-        "--bytes",
-        "17",
-    ]));
-    exits(&out, 0);
-    let text = stdout(&out);
+    let text = explained("sm90", "8", "17", &[]);
     assert!(
         text.contains(
             "declines it at run time (the message is not a multiple of 16 bytes (per rank))"
@@ -109,16 +100,7 @@ fn explain_ends_with_what_runs() {
     assert!(text.ends_with("runs: nccl\n"), "{text}");
 
     // A size that fits: the custom kernel runs, as policy selects.
-    let out = tuner(&explain_args(&[
-        "--arch",
-        "sm90",
-        "--world-size",
-        "8",
-        "--bytes",
-        "4KiB",
-    ]));
-    exits(&out, 0);
-    let text = stdout(&out);
+    let text = explained("sm90", "8", "4KiB", &[]);
     let selected = policy::select(policy::Query::new(
         policy::Collective::AllReduce,
         policy::Arch::SM90,
