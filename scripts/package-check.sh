@@ -179,6 +179,7 @@ if [ -z "${PACKAGE_CHECK_NO_PUBLISH:-}" ]; then
     cat "$work/publish.log" >&2
     fail "cargo publish --dry-run failed"
   fi
-  grep -E '^ *(Packaged|Verifying|Uploading)' "$work/publish.log" | sed 's/^ */   /'
+  grep -E '^ *(Packaging|Verifying)' "$work/publish.log" | sed 's/^ */   /'
+  echo "-- dry run: each package built from its .crate; nothing was uploaded"
 fi
 echo "package-check: ok (${crates[*]} $version build from their .crate files alone)"
