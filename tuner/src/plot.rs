@@ -85,7 +85,7 @@ impl KeySummary {
     /// `one_shot_push ≤ 32KiB | nccl; one_shot_push → nccl after 32KiB; regret …`
     pub fn line(&self) -> String {
         if self.file.is_none() {
-            return "no usable point (every one failed or had no samples): no figure".to_string();
+            return "no usable point (none was measured, or each failed its check or has no samples): no figure".to_string();
         }
         let mut parts = Vec::new();
         if self.bands.is_empty() {
