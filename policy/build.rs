@@ -6,14 +6,13 @@
 //! plain folder in the published package; Cargo scans either.
 
 use std::path::Path;
-use std::process::ExitCode;
 
-fn main() -> ExitCode {
-    println!("cargo:rerun-if-changed=tuned");
-    println!("cargo:rerun-if-changed=build.rs");
+fn main() {
+    println!("cargo::rerun-if-changed=tuned");
+    println!("cargo::rerun-if-changed=build.rs");
     let tuned = Path::new("tuned");
     if tuned.is_dir() {
-        return ExitCode::SUCCESS;
+        return;
     }
     // A checkout made without symbolic links (git on Windows by default) turns
     // the link into a small text file; say so here, where the cause is known,
@@ -25,10 +24,11 @@ fn main() -> ExitCode {
         Ok(_) => "a link that leads to no folder",
         Err(_) => "missing",
     };
-    eprintln!(
-        "error: policy/tuned is {found}. It holds the selection tables: in the colltune \
+    // Cargo prints this as the build's error and fails it (a build script
+    // has no logger; this is how it reports).
+    println!(
+        "cargo::error=policy/tuned is {found}. It holds the selection tables: in the colltune \
          repository a symbolic link to ../tuned (clone with links enabled: \
          `git clone -c core.symlinks=true`), in the published crate a folder."
     );
-    ExitCode::FAILURE
 }

@@ -29,8 +29,8 @@ test_executables() {
     | sed -e 's/^"executable":"//' -e 's/"$//'
 }
 {
-  test_executables -p kernels
-  test_executables -p tuner --test gpu_loopback --test gpu_devices --test gpu_processes
+  test_executables -p colltune-kernels
+  test_executables -p colltune-tuner --test gpu_loopback --test gpu_devices --test gpu_processes
 } | while read -r exe; do
       base=$(basename "$exe")
       name=${base%-*}                 # strip cargo's hash suffix
@@ -38,7 +38,7 @@ test_executables() {
       cp "$exe" "$out/tests/$name"
     done
 
-cargo build -p tuner --release --bin tuner --example multiprocess
+cargo build -p colltune-tuner --release --bin tuner --example multiprocess
 target_dir=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | sed -e 's/.*:"//' -e 's/"$//')
 cp "$target_dir/release/tuner" "$out/tuner"
 cp "$target_dir/release/examples/multiprocess" "$out/multiprocess"

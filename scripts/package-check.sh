@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Proves that the crates an engine depends on (tuned-schema, policy-macros,
-# policy, kernels) work as published, with nothing from this repository:
+# Proves that the crates an engine depends on (colltune-schema,
+# colltune-policy-macros, colltune-policy, colltune-kernels; their libraries are
+# tuned_schema, policy_macros, policy and kernels) work as published, with
+# nothing from this repository:
 #
 # 1. `cargo package` them (no verify: step 3 is the build) and show what ships;
 # 2. check that the packaged policy carries exactly the repository's
@@ -9,7 +11,14 @@
 #    build and test a small engine there, with `[patch.crates-io]` pointing at
 #    the extracted crates: it uses policy's built-in tables, compiles a tuned/
 #    folder of its own with `policy::include_tuned!`, and hands it to kernels;
-# 4. check, with `cargo metadata`, that no path of that build leads back here.
+# 4. check, with `cargo metadata`, that no path of that build leads back here;
+# 5. `cargo publish --dry-run` of all five packages (the four and colltune-tuner),
+#    which packages each one and builds it from its package. None of them is on
+#    crates.io yet and each depends on the ones before it, so they are given to
+#    one command: Cargo then verifies each against its siblings' packages (a
+#    temporary local registry, as when they are published together in this
+#    order) and everything else against crates.io. This step needs the
+#    network (the registry's index); PACKAGE_CHECK_NO_PUBLISH=1 skips it.
 #
 # Crates.io dependencies come from the repository's Cargo.lock (same versions)
 # and are taken from Cargo's cache (--offline): CI has already fetched them
@@ -18,9 +27,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
-crates=(tuned-schema policy-macros policy kernels)
+crates=(colltune-schema colltune-policy-macros colltune-policy colltune-kernels)
 version="$(cargo metadata --format-version 1 --no-deps --offline |
-  python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "policy"))')"
+  python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "colltune-policy"))')"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/colltune-package-check.XXXXXX")"
 # PACKAGE_CHECK_KEEP=1 keeps the folder, to look at the packages and the build.
@@ -56,8 +65,8 @@ for crate in "${crates[@]}"; do
   tar -xzf "$file" -C "$work/crates"
   echo "-- $crate-$version.crate: $(tar -tzf "$file" | wc -l) files, $(du -k "$file" | cut -f1) KiB"
 done
-policy_dir="$work/crates/policy-$version"
-kernels_dir="$work/crates/kernels-$version"
+policy_dir="$work/crates/colltune-policy-$version"
+kernels_dir="$work/crates/colltune-kernels-$version"
 echo "-- policy ships:"
 (cd "$policy_dir" && find . -type f ! -path './tests/*' | sort | sed 's|^\./|   |')
 
@@ -90,9 +99,10 @@ version = "0.0.0"
 edition = "2024"
 publish = false
 
+# As an engine writes them: the packages' names; the code says policy:: and kernels::.
 [dependencies]
-policy = "=$version"
-kernels = "=$version"
+colltune-policy = "=$version"
+colltune-kernels = "=$version"
 
 [patch.crates-io]
 EOF
@@ -159,5 +169,17 @@ echo "== no path of that build leads into $repo"
 metadata="$(cd "$engine" && cargo metadata --format-version 1 --offline)"
 if grep -qF "\"$repo/" <<<"$metadata"; then
   fail "the isolated build refers to the repository: $(grep -oF "$repo/[^\"]*" <<<"$metadata" | sort -u | head -3)"
+fi
+if [ -z "${PACKAGE_CHECK_NO_PUBLISH:-}" ]; then
+  echo "== cargo publish --dry-run (${crates[*]} colltune-tuner)"
+  publish_args=()
+  for crate in "${crates[@]}" colltune-tuner; do publish_args+=(-p "$crate"); done
+  if ! cargo publish --dry-run --locked --allow-dirty --target-dir "$work/publish-target" \
+    "${publish_args[@]}" >"$work/publish.log" 2>&1; then
+    cat "$work/publish.log" >&2
+    fail "cargo publish --dry-run failed"
+  fi
+  grep -E '^ *(Packaging|Verifying)' "$work/publish.log" | sed 's/^ */   /'
+  echo "-- dry run: each package built from its .crate; nothing was uploaded"
 fi
 echo "package-check: ok (${crates[*]} $version build from their .crate files alone)"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (the README's second set-up command; CI runs it too).
+# Arguments go to both cargo test runs (CI passes --locked).
 #
 # Needs no GPU and no CUDA toolkit. It installs the pinned NVRTC 13.0 wheels from
 # PyPI into .cache/nvrtc (13.0 is pinned because a newer NVRTC emits PTX that a CUDA
@@ -23,6 +24,9 @@ export KERNELS_REQUIRE_NVRTC=1
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
+# The figures README, GUIDE and GPU.md quote, recomputed from the committed
+# CSVs and logs: docs and data must not drift apart.
+python3 scripts/check-figures.py || status=1
 cargo test --workspace --all-targets --no-fail-fast "$@" 2>&1 | tee "$log" || status=1
 # Doc tests (not part of --all-targets).
 cargo test --workspace --doc --no-fail-fast "$@" 2>&1 | tee -a "$log" || status=1

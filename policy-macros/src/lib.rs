@@ -58,7 +58,45 @@ pub fn include_tuned(input: TokenStream) -> TokenStream {
             tokens.extend(tables_static(&args.folder));
             tokens.into()
         }
-        Err(error) => error.to_compile_error().into(),
+        Err(error) => {
+            // The items the expansion would define, inert, beside the error:
+            // code that uses them then compiles, so the file's problems are
+            // the only errors and none cascades ("cannot find function `select`").
+            let mut tokens = error.to_compile_error();
+            tokens.extend(placeholders());
+            tokens.extend(tables_static(&args.folder));
+            tokens.into()
+        }
+    }
+}
+
+/// `select`, `capacity`, `table_arch` and `PLATFORMS` with the signatures the
+/// expansion gives them, for a folder that failed to load. They are never run:
+/// the compile error stops the build.
+fn placeholders() -> proc_macro2::TokenStream {
+    quote::quote! {
+        #[allow(dead_code)]
+        pub const fn select(_q: ::policy::Query) -> ::policy::Algo {
+            ::policy::Algo::Nccl
+        }
+        #[allow(dead_code)]
+        pub const fn capacity(
+            _arch: ::policy::Arch,
+            _link: ::policy::Link,
+            collective: ::policy::Collective,
+            algo: ::policy::Algo,
+        ) -> ::policy::Capacity {
+            ::policy::default_capacity(collective, algo)
+        }
+        #[allow(dead_code)]
+        pub const fn table_arch(
+            _arch: ::policy::Arch,
+            _link: ::policy::Link,
+        ) -> ::core::option::Option<::policy::Arch> {
+            ::core::option::Option::None
+        }
+        #[allow(dead_code)]
+        pub const PLATFORMS: &[::policy::PlatformInfo] = &[];
     }
 }
 

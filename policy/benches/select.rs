@@ -5,7 +5,7 @@
 //! 16 B to 256 MiB including band edges, so neither the branch predictor nor the
 //! optimizer sees one repeated query. `black_box` hides each query's value.
 //!
-//! `cargo bench -p policy --bench select -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench -p colltune-policy --bench select -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
 

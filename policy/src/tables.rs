@@ -72,7 +72,7 @@ impl Tables {
     }
 
     /// Where the tables were compiled from: `crate: folder`, e.g.
-    /// `policy: tuned` or `my-engine: tuned`. For logs and errors.
+    /// `colltune-policy: tuned` or `my-engine: tuned`. For logs and errors.
     pub const fn origin(&self) -> &'static str {
         self.origin
     }

@@ -1,6 +1,6 @@
 //! Every class of input error is a compile error naming file:line:col. The
 //! expected compiler output is checked in next to each case (`tests/ui/*.stderr`);
-//! regenerate with `TRYBUILD=overwrite cargo test -p policy --test compile_fail`
+//! regenerate with `TRYBUILD=overwrite cargo test -p colltune-policy --test compile_fail`
 //! and review the diff.
 
 #[test]

@@ -25,8 +25,11 @@ fn tables_are_handed_over_once() {
     assert_eq!(fixture::TABLES.select(q), fixture::select(q));
     assert_eq!(TABLES.platforms(), policy::PLATFORMS);
     assert_eq!(fixture::TABLES.platforms(), fixture::PLATFORMS);
-    assert_eq!(TABLES.origin(), "policy: tuned");
-    assert_eq!(fixture::TABLES.origin(), "policy: tests/fixtures/fallback");
+    assert_eq!(TABLES.origin(), "colltune-policy: tuned");
+    assert_eq!(
+        fixture::TABLES.origin(),
+        "colltune-policy: tests/fixtures/fallback"
+    );
     let sm87 = Arch::from_compute_capability(8, 7);
     assert_eq!(
         fixture::TABLES.table_arch(sm87, q.link),
@@ -44,9 +47,9 @@ fn tables_are_handed_over_once() {
     policy::use_tables(&fixture::TABLES).unwrap();
     assert_eq!(policy::tables_in_use().origin(), fixture::TABLES.origin());
     let error = policy::use_tables(&TABLES).unwrap_err();
-    assert_eq!(error.in_use(), "policy: tests/fixtures/fallback");
+    assert_eq!(error.in_use(), "colltune-policy: tests/fixtures/fallback");
     let message = error.to_string();
-    assert!(message.contains("`policy: tuned`"), "{message}");
+    assert!(message.contains("`colltune-policy: tuned`"), "{message}");
     assert!(message.contains("before any communicator"), "{message}");
     assert_eq!(policy::tables_in_use().origin(), fixture::TABLES.origin());
 
@@ -65,9 +68,9 @@ fn without_a_hand_over_the_built_in_tables_are_used() {
     // Runs in a child process so that this binary's other test cannot have
     // settled the choice first.
     if std::env::var_os("POLICY_TEST_CHILD").is_some() {
-        assert_eq!(policy::tables_in_use().origin(), "policy: tuned");
+        assert_eq!(policy::tables_in_use().origin(), "colltune-policy: tuned");
         let error = policy::use_tables(&fixture::TABLES).unwrap_err();
-        assert_eq!(error.in_use(), "policy: tuned");
+        assert_eq!(error.in_use(), "colltune-policy: tuned");
         return;
     }
     let exe = std::env::current_exe().unwrap();

@@ -263,20 +263,29 @@ impl Evidence {
         };
         // Read the version on its own first, so a file from another version
         // gets a clear message instead of a complaint about some field.
-        #[derive(Deserialize)]
-        struct VersionOnly {
-            evidence_version: Option<u32>,
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| error(format!("not JSON: {e}")))?;
+        let kind = match &value {
+            serde_json::Value::Object(_) => None,
+            serde_json::Value::Array(_) => Some("an array"),
+            serde_json::Value::String(_) => Some("a string"),
+            serde_json::Value::Number(_) => Some("a number"),
+            serde_json::Value::Bool(_) => Some("a boolean"),
+            serde_json::Value::Null => Some("null"),
+        };
+        if let Some(kind) = kind {
+            return Err(error(format!(
+                "not an evidence file: expected a JSON object with `evidence_version`, found {kind}"
+            )));
         }
-        let probe: VersionOnly =
-            serde_json::from_str(text).map_err(|e| error(format!("not an evidence file: {e}")))?;
-        match probe.evidence_version {
-            Some(EVIDENCE_VERSION) => {}
-            Some(other) => {
+        match value.get("evidence_version") {
+            None => return Err(error("missing `evidence_version`".to_string())),
+            Some(v) if v.as_u64() == Some(u64::from(EVIDENCE_VERSION)) => {}
+            Some(v) => {
                 return Err(error(format!(
-                    "evidence_version {other} is not supported by this tuner (it reads version {EVIDENCE_VERSION})"
+                    "evidence_version {v} is not supported by this tuner (it reads version {EVIDENCE_VERSION})"
                 )));
             }
-            None => return Err(error("missing `evidence_version`".to_string())),
         }
         let evidence: Evidence =
             serde_json::from_str(text).map_err(|e| error(format!("invalid evidence: {e}")))?;
@@ -480,6 +489,25 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("\n  \"evidence_version\": 1,\n"), "{text}");
+    }
+
+    #[test]
+    fn what_is_not_an_evidence_object_is_named() {
+        for (text, says) in [
+            ("[]", "found an array"),
+            ("[1, 2]", "found an array"),
+            ("3", "found a number"),
+            ("nope", "not JSON"),
+            ("{}", "missing `evidence_version`"),
+            (
+                "{\"evidence_version\": \"1\"}",
+                "evidence_version \"1\" is not supported",
+            ),
+        ] {
+            let err = Evidence::from_json("e.json", text).unwrap_err().to_string();
+            assert!(err.contains(says), "{text}: {err}");
+            assert!(!err.contains("VersionOnly"), "{err}");
+        }
     }
 
     #[test]

@@ -1,157 +1,534 @@
-//! `tuner explain`: which algorithm `policy::select` picks for one query, and
-//! why — which file answers the (arch, link), which table, which band — or which
-//! rule made it NCCL (no file, no table, a size the kernel would decline).
+//! `tuner explain`: what runs one call, and why — which file answers the
+//! (arch, link), which table, which band, what `policy::select` returns, and
+//! whether the kernel takes the call or declines it to NCCL.
+//!
+//! The answer is the tables' selection ([`TableSet::select`], for the compiled
+//! tables exactly `policy::select`) followed by the part of `kernels`' decline
+//! rule that needs no GPU ([`decline`]): the same two steps
+//! `kernels::RankComm` takes for every call.
 
 use std::fmt::Write;
 
-use policy::PlatformInfo;
-use tuned_schema::{Algo, Query, interpret};
+use serde_json::{Value, json};
+use tuned_schema::{Algo, Capacity, Collective, Query};
 
 use crate::format;
 use crate::show::source_text;
+use crate::tables::{TableSet, band_of};
 
-/// The explanation of `query` against the compiled tables.
-pub fn explain(query: Query) -> String {
-    explain_with(
-        query,
-        policy::PLATFORMS,
-        policy::table_arch(query.arch, query.link),
-        policy::select(query),
-    )
+/// The most ranks of a world that `kernels` builds (`kernels::raw::MAX_WORLD`;
+/// the tuner builds without `kernels` when its `gpu` feature is off, and a
+/// test holds the two equal when it is on).
+pub const MAX_WORLD: u32 = 8;
+
+/// Why a custom kernel refuses a call, as far as that is known without GPUs.
+/// The words are `kernels::Decline::describe`'s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decline {
+    /// The algorithm does not implement this collective (two-shot all-gather).
+    NotImplemented,
+    /// More bytes than the platform's capacity for the algorithm.
+    OverCapacity,
+    /// Not a multiple of the alignment (16 bytes; for all-gather, per share).
+    Misaligned,
 }
 
-/// The explanation given the platform data, the file `policy` answers from and
-/// its selection (separate so the reasoning is testable on any data).
-pub fn explain_with(
-    query: Query,
-    platforms: &[PlatformInfo],
-    table_arch: Option<tuned_schema::Arch>,
-    selected: Algo,
-) -> String {
-    let mut out = String::new();
-    let key = query.key();
-    let _ = writeln!(
-        out,
-        "query: {} on {} {}, {} bytes ({})",
-        key,
-        query.arch,
-        query.link.name(),
-        query.bytes,
-        format::size(query.bytes)
-    );
-    let platform = table_arch.and_then(|arch| {
-        platforms
-            .iter()
-            .find(|p| p.arch == arch && p.link == query.link)
-    });
-    let Some(platform) = platform else {
-        let _ = writeln!(
-            out,
-            "file: none for {} {} (nor for an earlier sm{}x minor on this link)",
-            query.arch,
-            query.link.name(),
-            query.arch.major
-        );
-        let _ = writeln!(out, "rule: a query with no table selects nccl");
-        let _ = writeln!(out, "selected: {}", selected.name());
-        return out;
-    };
-    let _ = writeln!(
-        out,
-        "file: {} ({} {}, {}, {})",
-        platform.file,
-        platform.arch,
-        platform.link.name(),
-        platform.gpu,
-        platform.source
-    );
-    if platform.arch != query.arch {
-        let _ = writeln!(
-            out,
-            "      {} has no file of its own; {} answers (same major, highest minor not above)",
-            query.arch, platform.arch
-        );
+impl Decline {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Decline::NotImplemented => "the algorithm does not implement this collective",
+            Decline::OverCapacity => "the message is larger than the algorithm's capacity",
+            Decline::Misaligned => "the message is not a multiple of 16 bytes (per rank)",
+        }
     }
-    let Some(table) = platform.table(key) else {
-        let _ = writeln!(out, "table: none for {} in this file", key);
-        let _ = writeln!(out, "rule: a query with no table selects nccl");
-        let _ = writeln!(out, "selected: {}", selected.name());
-        return out;
-    };
-    let _ = writeln!(out, "table: {}", key);
-    // The table's own source, or the file's when it names none.
-    let _ = writeln!(out, "source: {}", source_text(table));
-    if let Some(note) = table.note {
-        let _ = writeln!(out, "note: {note}");
+}
+
+/// The bytes every custom kernel moves per rank at a time (`kernels`' pack).
+const PACK_BYTES: u64 = 16;
+
+/// `kernels`' decline rule (`kernels/src/protocol/decline.rs`) for a call of
+/// `bytes` (output bytes) of `collective` on `world` ranks with `algo`,
+/// whose capacity on the platform is `capacity`: the checks that need no GPU,
+/// in the same order. The other two need the world itself (the GPUs have no
+/// peer access; the registered buffers are smaller than the capacity, which
+/// the buffer plan rules out) and are not modelled. NCCL never declines; a
+/// 0-byte call never reaches the rule (nothing runs).
+pub fn decline(
+    collective: Collective,
+    algo: Algo,
+    world: u32,
+    bytes: u64,
+    capacity: Capacity,
+) -> Option<Decline> {
+    if !algo.is_custom() {
+        return None;
     }
-    let ranges = interpret::band_ranges(table.bands);
-    if let Some(index) = ranges
-        .iter()
-        .position(|&(low, high, _)| low <= query.bytes && query.bytes <= high)
+    if !algo.implements(collective) {
+        return Some(Decline::NotImplemented);
+    }
+    if !capacity.accepts_message(collective, world, bytes) {
+        return Some(if bytes > capacity.max_bytes {
+            Decline::OverCapacity
+        } else {
+            Decline::Misaligned
+        });
+    }
+    let per_rank = collective.per_rank_size(u64::from(world), bytes);
+    if collective == Collective::AllGather && !bytes.is_multiple_of(u64::from(world))
+        || per_rank == 0
+        || !per_rank.is_multiple_of(PACK_BYTES)
     {
-        let (low, high, algo) = ranges[index];
-        let lower = if low == 0 {
-            "0".to_string()
-        } else {
-            format::exact_size(low - 1)
-        };
-        let upper = if high == u64::MAX {
-            "∞".to_string()
-        } else {
-            format::exact_size(high)
-        };
-        let _ = writeln!(
-            out,
-            "band {} of {}: {lower} < bytes ≤ {upper} → {}",
-            index + 1,
-            ranges.len(),
-            algo.name()
-        );
-        if algo.is_custom() {
-            explain_capacity(&mut out, platform, query, algo);
-        }
+        return Some(Decline::Misaligned);
     }
-    let _ = writeln!(out, "selected: {}", selected.name());
-    out
+    None
 }
 
-/// Whether the kernel takes the size; if not, it declines at run time and NCCL
-/// runs (the compiled tables never put a band past capacity, but alignment is
-/// checked per call).
-fn explain_capacity(out: &mut String, platform: &PlatformInfo, query: Query, algo: Algo) {
-    let capacity = platform
-        .capacities
-        .iter()
-        .find(|c| c.collective == query.key.collective && c.algo == algo)
-        .map_or_else(
-            || tuned_schema::default_capacity(query.key.collective, algo),
-            |c| c.capacity,
-        );
-    let fits = capacity.accepts_message(query.key.collective, query.key.world_size, query.bytes);
-    let _ = writeln!(
-        out,
-        "capacity: {} takes ≤ {}, multiples of {} B{}: {}",
-        algo.name(),
-        format::exact_size(capacity.max_bytes),
-        capacity.align,
-        if query.key.collective == tuned_schema::Collective::AllGather {
-            " per rank"
+/// Everything `explain` found out about one query.
+#[derive(Clone, Debug)]
+pub struct Explanation {
+    pub query: Query,
+    /// Where the tables come from ([`TableSet::origin`]).
+    pub tables: String,
+    /// The file that answers the (arch, link), if any.
+    pub platform: Option<&'static policy::PlatformInfo>,
+    /// The table for the query's key in that file.
+    pub table: Option<&'static policy::TableInfo>,
+    /// The band holding the size: index, count, first and last byte, algorithm.
+    pub band: Option<(usize, usize, u64, u64, Algo)>,
+    /// What the tables select (for the compiled tables: `policy::select`).
+    pub selected: Algo,
+    /// `COLLTUNE_ALGO`, when it forces an algorithm for this collective.
+    pub forced: Option<(String, Algo)>,
+    /// The chosen custom algorithm's capacity on the platform.
+    pub capacity: Option<Capacity>,
+    /// What runs, and why.
+    pub runs: Algo,
+    pub reason: String,
+}
+
+impl Explanation {
+    /// Works out what runs `query` with `tables`, and why. `forced` is an
+    /// override engines honour (`COLLTUNE_ALGO`), with its text.
+    pub fn new(tables: &TableSet, query: Query, forced: Option<(String, Algo)>) -> Explanation {
+        let key = query.key();
+        let platform = tables.platform_for(query.arch, query.link);
+        let table = platform.and_then(|p| p.table(key));
+        let band = table.and_then(|t| {
+            band_of(t.bands, query.bytes)
+                .map(|(index, low, high, algo)| (index, t.bands.len(), low, high, algo))
+        });
+        let selected = tables.select(query);
+        let chosen = forced.as_ref().map_or(selected, |(_, algo)| *algo);
+        let world = key.world_size;
+        let capacity = (chosen.is_custom() && chosen.implements(key.collective))
+            .then(|| tables.capacity(query.arch, query.link, key.collective, chosen));
+        let (runs, reason) = if query.bytes == 0 {
+            (
+                Algo::Nccl,
+                "a 0-byte call moves nothing: every rank returns at once, runs no kernel and reports nccl"
+                    .to_string(),
+            )
+        } else if world < 2 {
+            (
+                Algo::Nccl,
+                format!(
+                    "a world of {world} rank has no peer to exchange with, and tables are for 2 ranks or more"
+                ),
+            )
+        } else if world > MAX_WORLD {
+            (
+                Algo::Nccl,
+                format!(
+                    "kernels builds worlds of at most {MAX_WORLD} ranks; an engine of {world} ranks calls NCCL itself"
+                ),
+            )
+        } else if !chosen.is_custom() {
+            let why = match (&forced, table) {
+                (Some((spec, _)), _) => format!("{} forces nccl", override_text(spec)),
+                (None, Some(_)) => "the table selects nccl".to_string(),
+                (None, None) => "a query with no table selects nccl".to_string(),
+            };
+            (Algo::Nccl, why)
         } else {
-            ""
-        },
-        if fits {
-            "this size fits".to_string()
-        } else {
-            "this size does not fit, so the kernel declines it at run time and nccl runs"
-                .to_string()
+            let capacity =
+                capacity.unwrap_or_else(|| tuned_schema::default_capacity(key.collective, chosen));
+            match decline(key.collective, chosen, world, query.bytes, capacity) {
+                None => (chosen, format!("{} takes the call", chosen.name())),
+                Some(why) => (
+                    Algo::Nccl,
+                    format!(
+                        "{} declines it at run time ({}), so nccl runs",
+                        chosen.name(),
+                        why.describe()
+                    ),
+                ),
+            }
+        };
+        Explanation {
+            query,
+            tables: tables.origin(),
+            platform,
+            table,
+            band,
+            selected,
+            forced,
+            capacity,
+            runs,
+            reason,
         }
-    );
+    }
+
+    /// The text `tuner explain` prints; its last line is `runs: <algo>`.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let q = self.query;
+        let key = q.key();
+        let _ = writeln!(
+            out,
+            "query: {} on {} {}, {} bytes ({})",
+            key,
+            q.arch,
+            q.link.name(),
+            q.bytes,
+            format::size(q.bytes)
+        );
+        let _ = writeln!(out, "tables: {}", self.tables);
+        match self.platform {
+            None => {
+                let _ = writeln!(
+                    out,
+                    "file: none for {} {} (nor for an earlier sm{}x minor on this link)",
+                    q.arch,
+                    q.link.name(),
+                    q.arch.major
+                );
+            }
+            Some(platform) => {
+                let _ = writeln!(
+                    out,
+                    "file: {} ({} {}, {})",
+                    platform.file,
+                    platform.arch,
+                    platform.link.name(),
+                    platform.gpu
+                );
+                if platform.arch != q.arch {
+                    let _ = writeln!(
+                        out,
+                        "      {} has no file of its own; {} answers (same major, highest minor not above)",
+                        q.arch, platform.arch
+                    );
+                }
+                match self.table {
+                    None => {
+                        let _ = writeln!(out, "table: none for {key} in this file");
+                    }
+                    Some(table) => {
+                        let _ = writeln!(out, "table: {key}");
+                        // The table's own source, or the file's when it names none.
+                        let _ = writeln!(out, "source: {}", source_text(table));
+                        if let Some(note) = table.note {
+                            let _ = writeln!(out, "note: {note}");
+                        }
+                    }
+                }
+            }
+        }
+        if let Some((index, count, low, high, algo)) = self.band {
+            let _ = writeln!(
+                out,
+                "band {} of {count}: {} → {}",
+                index + 1,
+                band_range(low, high),
+                algo.name()
+            );
+        }
+        let _ = writeln!(out, "selected: {} (policy::select)", self.selected.name());
+        if let Some((spec, algo)) = &self.forced {
+            let _ = writeln!(
+                out,
+                "override: {} is set; engines that honour it run {} instead",
+                override_text(spec),
+                algo.name()
+            );
+        }
+        if let Some(capacity) = self.capacity {
+            let chosen = self.forced.as_ref().map_or(self.selected, |(_, a)| *a);
+            let _ = writeln!(
+                out,
+                "capacity: {} takes ≤ {}, multiples of {} B{}",
+                chosen.name(),
+                format::exact_size(capacity.max_bytes),
+                capacity.align,
+                if key.collective == Collective::AllGather {
+                    " per rank"
+                } else {
+                    ""
+                }
+            );
+        }
+        if self.runs.is_custom() && q.link == tuned_schema::Link::Pcie {
+            let _ = writeln!(
+                out,
+                "note: over PCIe the kernels also decline when the GPUs have no peer access to each other, which only the GPUs can tell"
+            );
+        }
+        let _ = writeln!(out, "because: {}", self.reason);
+        let _ = writeln!(out, "runs: {}", self.runs.name());
+        out
+    }
+
+    /// `tuner explain --json`.
+    pub fn to_json(&self) -> Value {
+        let q = self.query;
+        json!({
+            "query": {
+                "key": format::key_json(&q.key()),
+                "arch": q.arch.name(),
+                "link": q.link.name(),
+                "bytes": q.bytes,
+            },
+            "tables": self.tables,
+            "file": self.platform.map(|p| json!({
+                "path": p.file,
+                "arch": p.arch.name(),
+                "link": p.link.name(),
+                "gpu": p.gpu,
+                "borrowed": p.arch != q.arch,
+            })),
+            "table": self.table.map(|t| json!({
+                "key": format::key_json(&t.key),
+                "source": t.source,
+                "citation": t.citation,
+                "evidence": t.evidence,
+                "date": t.date,
+                "tuner_version": t.tuner_version,
+                "note": t.note,
+                "bands": format::bands_json(t.bands),
+            })),
+            "band": self.band.map(|(index, count, low, high, algo)| json!({
+                "index": index,
+                "count": count,
+                "first_byte": low,
+                "last_byte": high,
+                "algo": algo.name(),
+            })),
+            "selected": self.selected.name(),
+            "override": self.forced.as_ref().map(|(spec, algo)| json!({"value": spec, "algo": algo.name()})),
+            "capacity": self.capacity.map(|c| json!({"max_bytes": c.max_bytes, "align": c.align})),
+            "because": self.reason,
+            "runs": self.runs.name(),
+        })
+    }
+}
+
+fn override_text(spec: &str) -> String {
+    format!("{}={spec}", policy::OVERRIDE_ENV)
+}
+
+/// `bytes ≤ 512KiB` for the first band (it starts at 0), `128KiB < bytes ≤
+/// 32MiB` for one after it, `32MiB < bytes` for the open band.
+fn band_range(low: u64, high: u64) -> String {
+    let upper = (high != u64::MAX).then(|| format::exact_size(high));
+    match (low, upper) {
+        (0, Some(upper)) => format!("bytes ≤ {upper}"),
+        (0, None) => "every size".to_string(),
+        (low, Some(upper)) => format!("{} < bytes ≤ {upper}", format::exact_size(low - 1)),
+        (low, None) => format!("{} < bytes", format::exact_size(low - 1)),
+    }
+}
+
+/// The explanation of `query` against the compiled tables, as text.
+pub fn explain(query: Query) -> String {
+    Explanation::new(&TableSet::Compiled, query, None).render()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tuned_schema::{Arch, Collective, DType, Link, Mode};
+    use proptest::prelude::*;
+    use tuned_schema::{Arch, DType, Link, Mode};
+
+    fn sm(major: u8, minor: u8) -> Arch {
+        Arch::from_compute_capability(major, minor)
+    }
+
+    /// An all-reduce of bf16 in graph mode.
+    fn all_reduce(arch: Arch, link: Link, world_size: u32, bytes: u64) -> Query {
+        Query::new(
+            Collective::AllReduce,
+            arch,
+            link,
+            world_size,
+            DType::Bf16,
+            Mode::Graph,
+            bytes,
+        )
+    }
+
+    #[cfg(feature = "gpu")]
+    #[test]
+    fn max_world_is_the_kernels_bound() {
+        assert_eq!(MAX_WORLD as usize, kernels::raw::MAX_WORLD);
+    }
+
+    /// The last line of an explanation.
+    fn runs(text: &str) -> &str {
+        text.lines()
+            .last()
+            .and_then(|l| l.strip_prefix("runs: "))
+            .unwrap_or_else(|| panic!("no `runs:` line last: {text}"))
+    }
+
+    /// What a `kernels::RankComm` runs for `q` with the compiled tables,
+    /// written out step by step from kernels' dispatch: nothing for 0 bytes;
+    /// no world outside 2..=8 ranks; else `policy::select`, and NCCL where the
+    /// custom kernel declines.
+    fn oracle(q: Query) -> Algo {
+        let w = q.key.world_size;
+        if q.bytes == 0 || !(2..=8).contains(&w) {
+            return Algo::Nccl;
+        }
+        let algo = policy::select(q);
+        if !algo.is_custom() {
+            return algo;
+        }
+        let c = q.key.collective;
+        let cap = policy::capacity(q.arch, q.link, c, algo);
+        let share = c.per_rank_size(u64::from(w), q.bytes);
+        let fits = algo.implements(c)
+            && cap.accepts_message(c, w, q.bytes)
+            && share > 0
+            && share.is_multiple_of(16)
+            && (c == Collective::AllReduce || q.bytes.is_multiple_of(u64::from(w)));
+        if fits { algo } else { Algo::Nccl }
+    }
+
+    fn query() -> impl Strategy<Value = Query> {
+        let archs: Vec<Arch> = policy::PLATFORMS
+            .iter()
+            .flat_map(|p| [0, 3, 9].map(|minor| sm(p.arch.major, minor)))
+            .chain([sm(7, 5), sm(12, 0)])
+            .collect();
+        let edges: Vec<u64> = policy::PLATFORMS
+            .iter()
+            .flat_map(|p| p.tables.iter().flat_map(|t| t.bands))
+            .filter_map(|b| b.max)
+            .chain(
+                policy::PLATFORMS
+                    .iter()
+                    .flat_map(|p| p.capacities)
+                    .map(|c| c.capacity.max_bytes),
+            )
+            .flat_map(|m| [m - 16, m - 1, m, m + 1, m + 16])
+            .chain([0, 1, 15, 16, 17, 24, 32, 48, 64])
+            .collect();
+        (
+            proptest::sample::select(archs),
+            proptest::sample::select(Link::ALL.to_vec()),
+            proptest::sample::select(Collective::ALL.to_vec()),
+            prop_oneof![1u32..=10, Just(1000)],
+            proptest::sample::select(DType::ALL.to_vec()),
+            proptest::sample::select(Mode::ALL.to_vec()),
+            prop_oneof![
+                proptest::sample::select(edges),
+                (0u64..1 << 20).prop_map(|b| b * 16),
+                any::<u64>()
+            ],
+        )
+            .prop_map(|(arch, link, c, w, d, m, bytes)| Query::new(c, arch, link, w, d, m, bytes))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// explain's final line is policy::select followed by kernels' decline rule.
+        #[test]
+        fn the_last_line_is_what_the_kernels_run(q in query()) {
+            let text = explain(q);
+            prop_assert_eq!(runs(&text), oracle(q).name(), "{}", text);
+            let selected = format!("selected: {} (policy::select)", policy::select(q).name());
+            prop_assert!(text.contains(&selected), "{}", text);
+        }
+    }
+
+    /// The cases of kernels' unit tests (`protocol/decline.rs`), with the
+    /// default capacities they use.
+    #[test]
+    fn decline_agrees_with_the_kernels_unit_tests() {
+        use Algo::*;
+        use Collective::*;
+        const MIB: u64 = 1 << 20;
+        let check = |c: Collective, a: Algo, w: u32, bytes: u64| {
+            let mut cap = tuned_schema::default_capacity(c, a);
+            if (c, a) == (AllReduce, TwoShotPush) {
+                cap.max_bytes = 0;
+            }
+            decline(c, a, w, bytes, cap)
+        };
+        assert_eq!(check(AllReduce, Nccl, 2, 3), None);
+        assert_eq!(check(AllGather, Nccl, 8, u64::MAX / 2), None);
+        for (c, a, w, b) in [
+            (AllReduce, OneShotPush, 8, 16),
+            (AllReduce, OneShotPush, 8, 8 * MIB),
+            (AllReduce, OneShotPull, 2, 16 * MIB),
+            (AllReduce, TwoShotPull, 8, 64 * MIB),
+            (AllReduce, TwoShotPull, 3, 16 * 37),
+            (AllGather, OneShotPush, 8, 8 * 16),
+            (AllGather, OneShotPull, 4, 16 * MIB),
+        ] {
+            assert_eq!(check(c, a, w, b), None, "{c:?} {a:?} {w} {b}");
+        }
+        assert_eq!(
+            check(AllReduce, OneShotPush, 8, 8 * MIB + 16),
+            Some(Decline::OverCapacity)
+        );
+        assert_eq!(
+            check(AllReduce, TwoShotPull, 2, 128 * MIB),
+            Some(Decline::OverCapacity)
+        );
+        assert_eq!(
+            check(AllGather, OneShotPush, 2, 16 * MIB),
+            Some(Decline::OverCapacity)
+        );
+        for (c, a, w, b) in [
+            (AllReduce, OneShotPush, 2, 24),
+            (AllReduce, OneShotPull, 2, 2),
+            (AllGather, OneShotPull, 8, 64),
+            (AllGather, OneShotPush, 3, 16 * 4),
+        ] {
+            assert_eq!(
+                check(c, a, w, b),
+                Some(Decline::Misaligned),
+                "{c:?} {a:?} {w} {b}"
+            );
+        }
+        assert_eq!(
+            check(AllGather, TwoShotPull, 2, 64),
+            Some(Decline::NotImplemented)
+        );
+        // A table alignment below 16 still needs whole packs.
+        let loose = Capacity {
+            max_bytes: 16 * MIB,
+            align: 8,
+        };
+        assert_eq!(
+            decline(AllReduce, OneShotPull, 2, 24, loose),
+            Some(Decline::Misaligned)
+        );
+    }
+
+    #[cfg(feature = "gpu")]
+    #[test]
+    fn decline_words_are_the_kernels_words() {
+        for (ours, theirs) in [
+            (Decline::NotImplemented, kernels::Decline::NotImplemented),
+            (Decline::OverCapacity, kernels::Decline::OverCapacity),
+            (Decline::Misaligned, kernels::Decline::Misaligned),
+        ] {
+            assert_eq!(ours.describe(), theirs.describe());
+        }
+    }
 
     #[test]
     fn every_band_edge_is_explained_as_policy_selects() {
@@ -167,30 +544,71 @@ mod tests {
                         "every table says where it came from: {text}"
                     );
                     assert!(text.contains(&format!("→ {}", b.algo.name())), "{text}");
-                    assert!(
-                        text.ends_with(&format!("selected: {}\n", policy::select(q).name())),
-                        "{text}"
-                    );
+                    assert_eq!(runs(&text), oracle(q).name(), "{text}");
                 }
             }
         }
     }
 
     #[test]
-    fn no_file_means_nccl() {
-        let q = Query::new(
-            Collective::AllReduce,
-            Arch::from_compute_capability(7, 5),
-            Link::Pcie,
-            8,
-            DType::Bf16,
-            Mode::Graph,
-            4096,
+    fn a_zero_byte_query_claims_no_lower_bound_and_runs_nothing() {
+        let q = all_reduce(Arch::SM90, Link::NvLink, 8, 0);
+        let text = explain(q);
+        assert!(text.contains("band 1 of "), "{text}");
+        assert!(text.contains(": bytes ≤ "), "{text}");
+        assert!(!text.contains("0 < bytes"), "{text}");
+        assert!(text.contains("a 0-byte call moves nothing"), "{text}");
+        assert_eq!(runs(&text), "nccl");
+    }
+
+    #[test]
+    fn a_size_the_kernel_declines_runs_nccl() {
+        // 17 bytes: inside the first (custom) band of sm90 ws8 graph, but not
+        // a multiple of 16.
+        let q = all_reduce(Arch::SM90, Link::NvLink, 8, 17);
+        let text = explain(q);
+        let selected = policy::select(q);
+        assert!(selected.is_custom(), "{text}");
+        assert!(
+            text.contains(&format!(
+                "because: {} declines it at run time (the message is not a multiple of 16 bytes (per rank)), so nccl runs",
+                selected.name()
+            )),
+            "{text}"
         );
+        assert_eq!(runs(&text), "nccl");
+    }
+
+    #[test]
+    fn world_sizes_outside_the_kernels_range_say_why() {
+        for (w, why) in [(1, "no peer to exchange with"), (16, "at most 8 ranks")] {
+            let q = all_reduce(Arch::SM90, Link::NvLink, w, 4096);
+            let text = explain(q);
+            assert!(text.contains(why), "{text}");
+            assert_eq!(runs(&text), "nccl");
+        }
+    }
+
+    #[test]
+    fn no_file_means_nccl() {
+        let q = all_reduce(sm(7, 5), Link::Pcie, 8, 4096);
         let text = explain(q);
         assert!(text.contains("file: none for sm75 pcie"), "{text}");
-        assert!(text.contains("rule: a query with no table selects nccl"));
-        assert!(text.ends_with("selected: nccl\n"));
+        assert!(text.contains("because: a query with no table selects nccl"));
+        assert!(text.ends_with("runs: nccl\n"));
+    }
+
+    #[test]
+    fn the_file_line_names_no_source_the_table_contradicts() {
+        for p in policy::PLATFORMS {
+            let Some(t) = p.tables.first() else { continue };
+            let text = explain(t.key.query(p.arch, p.link, 4096));
+            let file_line = text.lines().find(|l| l.starts_with("file: ")).unwrap();
+            assert!(
+                !file_line.contains("published") && !file_line.contains("measured"),
+                "{file_line}"
+            );
+        }
     }
 
     #[test]
@@ -198,20 +616,12 @@ mod tests {
         let Some(p) = policy::PLATFORMS.first() else {
             return;
         };
-        let q = Query::new(
-            Collective::AllReduce,
-            p.arch,
-            p.link,
-            7,
-            DType::Bf16,
-            Mode::Graph,
-            4096,
-        );
+        let q = all_reduce(p.arch, p.link, 7, 4096);
         let text = explain(q);
         assert!(
             text.contains("table: none for all_reduce ws7 bf16 graph"),
             "{text}"
         );
-        assert!(text.ends_with("selected: nccl\n"));
+        assert!(text.ends_with("runs: nccl\n"));
     }
 }

@@ -1,7 +1,8 @@
 //! How sizes, times and bands read in the tuner's reports. Display only: the
 //! TOML's canonical spelling of sizes is `tuned_schema`'s business.
 
-use tuned_schema::Band;
+use serde_json::{Value, json};
+use tuned_schema::{Band, TableKey};
 
 const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
 
@@ -48,6 +49,25 @@ pub fn bands(bands: &[Band]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" | ")
+}
+
+/// A key in `--json` output: its parts and its name in reports.
+pub fn key_json(key: &TableKey) -> Value {
+    json!({
+        "name": key.to_string(),
+        "collective": key.collective.name(),
+        "world_size": key.world_size,
+        "dtype": key.dtype.name(),
+        "mode": key.mode.name(),
+    })
+}
+
+/// Bands in `--json` output: `max` in bytes (`null` for the open band).
+pub fn bands_json(bands: &[Band]) -> Value {
+    bands
+        .iter()
+        .map(|b| json!({"max": b.max, "algo": b.algo.name()}))
+        .collect()
 }
 
 /// Seconds as `2m 05s` or `41s`.

@@ -16,7 +16,9 @@
 //!   resulting [`evidence`];
 //! - [`stats`], [`fit`], [`write`](mod@write), [`verify`]: bands from evidence, the
 //!   TOML (through `tuned_schema`), and the regret judgement;
-//! - [`show`], [`explain`], [`plot`], [`format`](mod@format): reading tables and evidence;
+//! - [`tables`] (the compiled tables or tuned files, answered by one set of
+//!   rules), [`show`], [`explain`], [`plot`], [`format`](mod@format): reading
+//!   tables and evidence;
 //! - [`commands`]: one function per subcommand; the binary (`src/main.rs`)
 //!   only parses the command line and calls them.
 //!
@@ -56,6 +58,7 @@ mod progress;
 pub mod show;
 pub mod stats;
 pub mod sweep;
+pub mod tables;
 pub mod verify;
 pub mod write;
 

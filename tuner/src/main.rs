@@ -26,11 +26,11 @@ enum Command {
     Fit(commands::FitCommandArgs),
     /// Re-measure held-out sizes and report the regret of a tuned file's choices
     Verify(commands::VerifyArgs),
-    /// Latency and bus-bandwidth figures (SVG) per key, with the bands shaded
+    /// Latency and bus-bandwidth figures (SVG) per key, with the bands shaded, and an index.html
     Plot(commands::PlotArgs),
-    /// Print the tables compiled into `policy`
+    /// Print the tables compiled into `policy`, or those of tuned files
     Show(commands::ShowArgs),
-    /// Print which algorithm `policy` selects for one call, and why
+    /// Print what runs one call, and why: the file, table and band `policy` selects from, and whether the kernel takes the size
     Explain(commands::ExplainArgs),
     /// Time every algorithm against NCCL per size (a table, CSV and JSON); needs GPUs
     Bench(commands::BenchArgs),
@@ -42,7 +42,12 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Sweep(args) => commands::sweep(args, &mut out),
         Command::Fit(args) => commands::fit(args, &mut out),
-        Command::Verify(args) => commands::verify(args, &mut out),
+        // The key lists' own checks (a value named twice, an empty size
+        // range), as sweep makes them.
+        Command::Verify(args) => args
+            .keys
+            .check()
+            .and_then(|()| commands::verify(args, &mut out)),
         Command::Plot(args) => commands::plot(args, &mut out),
         Command::Show(args) => commands::show(args, &mut out),
         Command::Explain(args) => commands::explain(args, &mut out),
@@ -53,7 +58,7 @@ fn main() -> ExitCode {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(error) => {
             eprintln!("tuner: {error}");
-            ExitCode::FAILURE
+            ExitCode::from(error.exit_code())
         }
     }
 }

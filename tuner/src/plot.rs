@@ -6,7 +6,7 @@
 //! all-gather `S/t · (W−1)/W`, with `S` the output bytes.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -19,6 +19,8 @@ use crate::sweep::point_seed;
 
 const WIDTH: u32 = 1100;
 const HEIGHT: u32 = 900;
+/// Opacity of a band's shading.
+const BAND_SHADE: f64 = 0.10;
 
 /// One algorithm's measured points, ascending in size.
 struct Series {
@@ -55,30 +57,216 @@ pub fn file_name(key: &TableKey) -> String {
     )
 }
 
-/// Writes one SVG per key of `evidence` into `folder`, shading `bands` where a
-/// key has them. Returns the files written.
+/// What one key's figure shows, in a line for the index page.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeySummary {
+    pub key: TableKey,
+    /// The figure's file name, or `None` when the key had no usable point.
+    pub file: Option<String>,
+    /// The shaded bands (empty: none were given or fitted for this key).
+    pub bands: Vec<Band>,
+    /// Where the shaded bands change algorithm: (last size of the lower band, from, to).
+    pub crossovers: Vec<(u64, Algo, Algo)>,
+    /// Regret of the shaded bands at the measured sizes, against the fastest
+    /// measured algorithm there (medians): median and worst, with the worst's
+    /// size. `None` without bands or where the bands' algorithm was never measured.
+    pub regret: Option<Regret>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Regret {
+    pub sizes: usize,
+    pub median: f64,
+    pub worst: f64,
+    pub worst_at: u64,
+}
+
+impl KeySummary {
+    /// `one_shot_push ≤ 32KiB | nccl; one_shot_push → nccl after 32KiB; regret …`
+    pub fn line(&self) -> String {
+        if self.file.is_none() {
+            return "no usable point (none was measured, or each failed its check or has no samples): no figure".to_string();
+        }
+        let mut parts = Vec::new();
+        if self.bands.is_empty() {
+            parts.push("no bands shaded".to_string());
+        } else {
+            parts.push(format!("bands {}", format::bands(&self.bands)));
+        }
+        if !self.crossovers.is_empty() {
+            let list: Vec<String> = self
+                .crossovers
+                .iter()
+                .map(|(at, from, to)| {
+                    format!(
+                        "{} → {} after {}",
+                        from.name(),
+                        to.name(),
+                        format::size(*at)
+                    )
+                })
+                .collect();
+            parts.push(format!("crossovers {}", list.join(", ")));
+        }
+        if let Some(r) = self.regret {
+            parts.push(format!(
+                "regret of these bands at {} measured sizes: median {:.2}%, worst {:.2}% (at {})",
+                r.sizes,
+                r.median * 100.0,
+                r.worst * 100.0,
+                format::size(r.worst_at)
+            ));
+        }
+        parts.join("; ")
+    }
+}
+
+/// Writes one SVG per key of `evidence` that has a usable point into
+/// `folder` (which must exist), shading `bands` where a key has them, and an
+/// `index.html` that links every figure. Returns a summary per key, in the
+/// evidence's order.
 pub fn plot_evidence(
     evidence: &Evidence,
     bands: &BTreeMap<TableKey, Vec<Band>>,
     folder: &Path,
-) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(folder)
-        .map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
-    let mut written = Vec::new();
+) -> Result<Vec<KeySummary>, String> {
+    let mut summaries = Vec::new();
     for key in &evidence.keys {
-        let path = folder.join(file_name(&key.key()));
-        let key_bands = bands.get(&key.key()).map(Vec::as_slice).unwrap_or(&[]);
-        let title = format!(
-            "{} — {} {} {}",
-            key.key(),
-            evidence.platform.gpu,
-            evidence.platform.arch,
-            evidence.platform.link.name()
-        );
-        plot_key(key, key_bands, &title, &path)?;
-        written.push(path);
+        let key_bands = bands.get(&key.key()).cloned().unwrap_or_default();
+        let usable = key.points.iter().any(|p| p.usable());
+        let file = usable.then(|| file_name(&key.key()));
+        if let Some(file) = &file {
+            let title = format!(
+                "{} — {} {} {}",
+                key.key(),
+                evidence.platform.gpu,
+                evidence.platform.arch,
+                evidence.platform.link.name()
+            );
+            plot_key(key, &key_bands, &title, &folder.join(file))?;
+        }
+        summaries.push(KeySummary {
+            key: key.key(),
+            file,
+            crossovers: crossovers(&key_bands),
+            regret: regret(key, &key_bands),
+            bands: key_bands,
+        });
     }
-    Ok(written)
+    let index = index_html(evidence, &summaries);
+    std::fs::write(folder.join(INDEX), index)
+        .map_err(|e| format!("cannot write {}: {e}", folder.join(INDEX).display()))?;
+    Ok(summaries)
+}
+
+/// The index page's name inside a plot folder.
+pub const INDEX: &str = "index.html";
+
+fn crossovers(bands: &[Band]) -> Vec<(u64, Algo, Algo)> {
+    bands
+        .windows(2)
+        .filter_map(|pair| Some((pair[0].max?, pair[0].algo, pair[1].algo)))
+        .collect()
+}
+
+/// The regret of `bands` at each measured size of `key` where the band's
+/// algorithm has a usable point (see [`KeySummary::regret`]).
+fn regret(key: &KeyEvidence, bands: &[Band]) -> Option<Regret> {
+    if bands.is_empty() {
+        return None;
+    }
+    let mut regrets: Vec<(f64, u64)> = Vec::new();
+    for (bytes, points) in key.by_size() {
+        let Some(chosen) = tuned_schema::interpret::bands_containing(bands, bytes)
+            .next()
+            .map(|b| b.algo)
+        else {
+            continue;
+        };
+        let median_of = |algo: Algo| {
+            points
+                .iter()
+                .find(|p| p.algo == algo && p.usable())
+                .map(|p| stats::median(&p.samples_us))
+        };
+        let best = points
+            .iter()
+            .filter(|p| p.usable())
+            .map(|p| stats::median(&p.samples_us))
+            .fold(f64::INFINITY, f64::min);
+        if let Some(t) = median_of(chosen)
+            && best.is_finite()
+        {
+            regrets.push(((t - best) / best, bytes));
+        }
+    }
+    if regrets.is_empty() {
+        return None;
+    }
+    let (worst, worst_at) = regrets
+        .iter()
+        .copied()
+        .fold((f64::NEG_INFINITY, 0), |a, b| if b.0 > a.0 { b } else { a });
+    let mut values: Vec<f64> = regrets.iter().map(|r| r.0).collect();
+    values.sort_by(f64::total_cmp);
+    Some(Regret {
+        sizes: values.len(),
+        median: stats::median(&values),
+        worst,
+        worst_at,
+    })
+}
+
+/// The page that links every figure, with one summary line per key.
+fn index_html(evidence: &Evidence, summaries: &[KeySummary]) -> String {
+    use std::fmt::Write as _;
+    let p = &evidence.platform;
+    let title = escape(&format!(
+        "{} {} {} — {} ({} backend, {})",
+        p.arch,
+        p.link.name(),
+        p.gpu,
+        p.date,
+        p.backend,
+        if evidence.complete {
+            "complete sweep"
+        } else {
+            "interrupted sweep"
+        }
+    ));
+    let mut out = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{title}</title>\n</head>\n<body>\n<h1>{title}</h1>\n<ul>\n"
+    );
+    for s in summaries {
+        let name = escape(&s.key.to_string());
+        let entry = match &s.file {
+            Some(file) => format!("<a href=\"#{}\">{name}</a>", escape(file)),
+            None => name.clone(),
+        };
+        let _ = writeln!(out, "<li>{entry}: {}</li>", escape(&s.line()));
+    }
+    out.push_str("</ul>\n");
+    for s in summaries {
+        if let Some(file) = &s.file {
+            let file = escape(file);
+            let _ = writeln!(
+                out,
+                "<h2 id=\"{file}\">{}</h2>\n<p>{}</p>\n<p><a href=\"{file}\"><img src=\"{file}\" alt=\"{}\" width=\"{WIDTH}\"></a></p>",
+                escape(&s.key.to_string()),
+                escape(&s.line()),
+                escape(&s.key.to_string()),
+            );
+        }
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn series_of(key: &KeyEvidence) -> Vec<Series> {
@@ -179,17 +367,41 @@ impl<F: Fn(&SeriesPoint) -> (f64, f64, f64)> Panel<F> {
                 (y_min..y_max).log_scale(),
             )?;
 
-        // Bands first, so the lines draw over them.
+        // Bands first, so the lines draw over them; one legend entry per
+        // algorithm that owns a band, and each inner edge labelled.
         let mut low = x_min;
+        let mut in_legend: Vec<Algo> = Vec::new();
         for band in bands {
             let high = band.max.map_or(x_max, |m| (m as f64).min(x_max));
             if high > low {
-                chart.draw_series(std::iter::once(Rectangle::new(
+                let shade = colour(band.algo).mix(BAND_SHADE).filled();
+                let drawn = chart.draw_series(std::iter::once(Rectangle::new(
                     [(low, y_min), (high, y_max)],
-                    colour(band.algo).mix(0.10).filled(),
+                    shade,
                 )))?;
+                if !in_legend.contains(&band.algo) {
+                    in_legend.push(band.algo);
+                    drawn
+                        .label(format!("band: {}", band.algo.name()))
+                        .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], shade));
+                }
             }
             low = high.max(low);
+        }
+        for edge in bands.iter().filter_map(|b| b.max) {
+            let x = edge as f64;
+            if x <= x_min || x >= x_max {
+                continue;
+            }
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(x, y_min), (x, y_max)],
+                BLACK.mix(0.35),
+            )))?;
+            chart.draw_series(std::iter::once(Text::new(
+                format!("≤ {}", format::size(edge)),
+                (x, y_max / 1.08),
+                ("sans-serif", 13).into_font().color(&BLACK.mix(0.7)),
+            )))?;
         }
 
         chart

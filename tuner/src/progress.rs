@@ -16,6 +16,8 @@ use crate::observe::Observer;
 pub struct Progress {
     bar: ProgressBar,
     stop: Arc<AtomicBool>,
+    /// The estimate is the synthetic model's latencies, not this run's time.
+    modelled: bool,
 }
 
 impl Progress {
@@ -34,7 +36,20 @@ impl Progress {
             .expect("the template is valid")
             .progress_chars("=> "),
         );
-        Progress { bar, stop }
+        Progress {
+            bar,
+            stop,
+            modelled: false,
+        }
+    }
+
+    /// For the synthetic backend: its estimate is the modelled GPUs' time,
+    /// which the model does not spend, and is printed as that.
+    pub fn modelled(self) -> Progress {
+        Progress {
+            modelled: true,
+            ..self
+        }
     }
 
     pub fn finish(&self) {
@@ -46,10 +61,15 @@ impl Observer for Progress {
     fn started(&mut self, points: u64, estimated_seconds: f64) {
         self.bar.set_length(points);
         // Printed even when the bar is hidden: the estimate is for logs too.
+        let estimate = format::duration(estimated_seconds);
+        let estimate = if self.modelled {
+            format!("{estimate} of modelled GPU time, which the synthetic model does not spend")
+        } else {
+            format!("estimated {estimate}")
+        };
         self.bar.suspend(|| {
             eprintln!(
-                "tuner: measuring {points} points, estimated {} (Ctrl-C stops and keeps what was measured)",
-                format::duration(estimated_seconds)
+                "tuner: measuring {points} points, {estimate} (Ctrl-C stops and keeps what was measured)"
             )
         });
     }

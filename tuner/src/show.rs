@@ -1,17 +1,23 @@
-//! `tuner show`: the tables compiled into `policy` (`policy::PLATFORMS`), as a
-//! person reads them: per platform its sources, capacities, and per key one
-//! line of bands and one line saying where they come from.
+//! `tuner show`: the tables compiled into `policy` (`policy::PLATFORMS`), or
+//! tuned files on disk, as a person reads them: per platform its sources,
+//! capacities, and per key one line of bands and one line saying where they
+//! come from. An arch is answered as `policy` answers it: by its own file, or
+//! by the one the fallback rule borrows ([`TableSet::platform_for`]).
 
 use std::fmt::Write;
 
 use policy::{PlatformInfo, TableInfo};
+use serde_json::{Value, json};
 use tuned_schema::{Arch, Collective, DType, Link, Mode};
 
 use crate::format;
+use crate::tables::TableSet;
 
 /// Which tables to show; `None` shows all.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ShowFilter {
+    /// The file that answers this arch (its own, or the one the fallback rule
+    /// borrows: sm103 is answered by sm100's).
     pub arch: Option<Arch>,
     pub link: Option<Link>,
     pub collective: Option<Collective>,
@@ -23,10 +29,6 @@ pub struct ShowFilter {
 }
 
 impl ShowFilter {
-    fn platform(&self, p: &PlatformInfo) -> bool {
-        self.arch.is_none_or(|a| a == p.arch) && self.link.is_none_or(|l| l == p.link)
-    }
-
     fn table(&self, t: &TableInfo) -> bool {
         let k = t.key;
         self.collective.is_none_or(|c| c == k.collective)
@@ -34,14 +36,44 @@ impl ShowFilter {
             && self.dtype.is_none_or(|d| d == k.dtype)
             && self.mode.is_none_or(|m| m == k.mode)
     }
+
+    /// The platforms to show, each with the arch it answers for when that is
+    /// not its own; `None` when an arch was asked for and no file answers it.
+    fn platforms(&self, tables: &TableSet) -> Vec<(&'static PlatformInfo, Option<Arch>)> {
+        let links: Vec<Link> = match self.link {
+            Some(link) => vec![link],
+            None => Link::ALL.to_vec(),
+        };
+        match self.arch {
+            None => tables
+                .platforms()
+                .iter()
+                .filter(|p| links.contains(&p.link))
+                .map(|p| (p, None))
+                .collect(),
+            Some(arch) => links
+                .into_iter()
+                .filter_map(|link| tables.platform_for(arch, link))
+                .map(|p| (p, (p.arch != arch).then_some(arch)))
+                .collect(),
+        }
+    }
 }
 
-/// The text of `tuner show` for `platforms` (normally `policy::PLATFORMS`).
-pub fn render(platforms: &[PlatformInfo], filter: &ShowFilter) -> String {
-    let mut out = String::new();
-    let mut shown = 0;
-    for platform in platforms.iter().filter(|p| filter.platform(p)) {
-        shown += 1;
+/// The text of `tuner show` for `tables`.
+pub fn render(tables: &TableSet, filter: &ShowFilter) -> String {
+    let mut out = format!("tables: {}\n\n", tables.origin());
+    let shown = filter.platforms(tables);
+    for &(platform, answers) in &shown {
+        if let Some(arch) = answers {
+            let _ = writeln!(
+                out,
+                "{arch} {}: no file of its own; {} {} answers it (same major, highest minor not above)",
+                platform.link.name(),
+                platform.arch,
+                platform.link.name()
+            );
+        }
         let _ = writeln!(
             out,
             "{} {} — {} — {}",
@@ -85,14 +117,77 @@ pub fn render(platforms: &[PlatformInfo], filter: &ShowFilter) -> String {
             }
         }
         if tables.is_empty() {
-            out.push_str("  (no table matches)\n");
+            out.push_str("  (no table matches; such queries select nccl)\n");
         }
         out.push('\n');
     }
-    if shown == 0 {
-        out.push_str("no platform file matches; every query selects nccl\n");
+    if shown.is_empty() {
+        let _ = writeln!(out, "{}", nothing_answers(filter));
     }
     out
+}
+
+/// Why nothing was shown, in the words of the fallback rule.
+fn nothing_answers(filter: &ShowFilter) -> String {
+    let link = filter
+        .link
+        .map_or("any link".to_string(), |l| l.name().to_string());
+    match filter.arch {
+        Some(arch) => format!(
+            "no file answers {arch} on {link} (nor an earlier sm{}x minor): every query there selects nccl",
+            arch.major
+        ),
+        None => format!("no file for {link}: every query there selects nccl"),
+    }
+}
+
+/// `tuner show --json`: the same platforms and tables, as data.
+pub fn to_json(tables: &TableSet, filter: &ShowFilter) -> Value {
+    let platforms: Vec<Value> = filter
+        .platforms(tables)
+        .into_iter()
+        .map(|(p, answers)| {
+            let tables: Vec<Value> = p
+                .tables
+                .iter()
+                .filter(|t| filter.table(t))
+                .map(|t| {
+                    json!({
+                        "key": format::key_json(&t.key),
+                        "bands": format::bands_json(t.bands),
+                        "source": t.source,
+                        "source_inherited": t.source_inherited,
+                        "citation": t.citation,
+                        "evidence": t.evidence,
+                        "date": t.date,
+                        "tuner_version": t.tuner_version,
+                        "note": t.note,
+                    })
+                })
+                .collect();
+            json!({
+                "arch": p.arch.name(),
+                "link": p.link.name(),
+                "answers_for": answers.map(Arch::name),
+                "gpu": p.gpu,
+                "source": p.source,
+                "citation": p.citation,
+                "file": p.file,
+                "capacities": p.capacities.iter().map(|c| json!({
+                    "collective": c.collective.name(),
+                    "algo": c.algo.name(),
+                    "max_bytes": c.capacity.max_bytes,
+                    "align": c.capacity.align,
+                })).collect::<Vec<_>>(),
+                "tables": tables,
+            })
+        })
+        .collect();
+    json!({
+        "tables": tables.origin(),
+        "platforms": platforms,
+        "none_answers": platforms.is_empty().then(|| nothing_answers(filter)),
+    })
 }
 
 /// `published`, or for a file that mixes them `published (24 tables), measured (12 tables)`.
@@ -229,9 +324,44 @@ mod tests {
         tables: &TABLES,
     }];
 
+    /// The test data as a table set: the documents are what `platforms`
+    /// shows (sm90 nvlink, with the tables above).
+    fn set() -> TableSet {
+        TableSet::Files {
+            origin: "test data",
+            documents: Vec::leak(vec![document()]),
+            platforms: &PLATFORMS,
+        }
+    }
+
+    fn document() -> tuned_schema::Document {
+        use tuned_schema::{Document, Platform, Provenance, Source, Table};
+        Document {
+            platform: Platform {
+                arch: Arch::SM90,
+                gpu: "NVIDIA H200".into(),
+                link: Link::NvLink,
+                source: Source::Published,
+                citation: Some("somewhere".into()),
+                provenance: Provenance::default(),
+            },
+            capacities: CAPACITIES.to_vec(),
+            tables: TABLES
+                .iter()
+                .map(|t| Table {
+                    key: t.key,
+                    source: None,
+                    note: None,
+                    bands: t.bands.to_vec(),
+                })
+                .collect(),
+            asserts: vec![],
+        }
+    }
+
     #[test]
     fn shows_bands_capacities_and_source() {
-        let text = render(&PLATFORMS, &ShowFilter::default());
+        let text = render(&set(), &ShowFilter::default());
         assert!(text.contains("sm90 nvlink — NVIDIA H200 — "), "{text}");
         assert!(text.contains("citation: somewhere"));
         assert!(text.contains("capacity: all_reduce one_shot_pull ≤ 1MiB, multiples of 16 B"));
@@ -244,7 +374,7 @@ mod tests {
 
     #[test]
     fn every_table_says_where_it_came_from() {
-        let text = render(&PLATFORMS, &ShowFilter::default());
+        let text = render(&set(), &ShowFilter::default());
         assert!(
             text.contains(
                 "source: measured on 2026-11-29 by tuner v0.1.0, evidence sm90-nvlink.evidence.json"
@@ -268,22 +398,61 @@ mod tests {
             notes: true,
             ..ShowFilter::default()
         };
-        let text = render(&PLATFORMS, &filter);
+        let text = render(&set(), &filter);
         assert!(text.contains("all_gather ws4 f16 eager"));
         assert!(!text.contains("all_reduce ws8"));
         let none = ShowFilter {
             link: Some(Link::Pcie),
             ..ShowFilter::default()
         };
-        assert!(render(&PLATFORMS, &none).contains("no platform file matches"));
+        assert!(render(&set(), &none).contains("no file for pcie: every query there selects nccl"));
+    }
+
+    #[test]
+    fn an_arch_is_shown_with_the_file_that_answers_it() {
+        let later = ShowFilter {
+            arch: Some(Arch::from_compute_capability(9, 5)),
+            ..ShowFilter::default()
+        };
+        let text = render(&set(), &later);
+        assert!(
+            text.contains("sm95 nvlink: no file of its own; sm90 nvlink answers it"),
+            "{text}"
+        );
+        assert!(text.contains("all_reduce ws8 bf16 graph"), "{text}");
+        let other_major = ShowFilter {
+            arch: Some(Arch::SM100),
+            ..ShowFilter::default()
+        };
+        assert!(
+            render(&set(), &other_major)
+                .contains("no file answers sm100 on any link (nor an earlier sm10x minor)"),
+        );
+        let json = to_json(&set(), &later);
+        assert_eq!(json["platforms"][0]["answers_for"], "sm95");
+        assert_eq!(json["platforms"][0]["arch"], "sm90");
     }
 
     #[test]
     fn shows_the_compiled_tables() {
         // Whatever tuned/ holds, every compiled platform appears.
-        let text = render(policy::PLATFORMS, &ShowFilter::default());
+        let text = render(&TableSet::Compiled, &ShowFilter::default());
         for p in policy::PLATFORMS {
             assert!(text.contains(p.file), "{text}");
+        }
+        // Every arch is answered by the file `policy` answers it from.
+        for p in policy::PLATFORMS {
+            for minor in [p.arch.minor, p.arch.minor + 3] {
+                let arch = Arch::from_compute_capability(p.arch.major, minor);
+                let filter = ShowFilter {
+                    arch: Some(arch),
+                    link: Some(p.link),
+                    ..ShowFilter::default()
+                };
+                let json = to_json(&TableSet::Compiled, &filter);
+                let answering = policy::table_arch(arch, p.link).map(Arch::name);
+                assert_eq!(json["platforms"][0]["arch"].as_str(), answering.as_deref());
+            }
         }
     }
 }

@@ -74,8 +74,9 @@ fn the_binary_writes_identical_files() {
         );
         std::fs::read(dir.join(out)).unwrap()
     };
-    let a = run("a.toml");
-    let b = run("b.toml");
+    // Two folders: one folder holds one file per platform.
+    let a = run("a/sm90-nvlink.toml");
+    let b = run("b/sm90-nvlink.toml");
     assert_eq!(a, b);
     let text = String::from_utf8(a).unwrap();
     assert!(

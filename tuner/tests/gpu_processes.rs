@@ -25,7 +25,7 @@ fn launcher() -> PathBuf {
     let candidate = profile.join("examples").join("multiprocess");
     assert!(
         candidate.exists(),
-        "no {}: build it with `cargo build --release -p tuner --example multiprocess` or set \
+        "no {}: build it with `cargo build --release -p colltune-tuner --example multiprocess` or set \
          COLLTUNE_MULTIPROCESS_EXE",
         candidate.display()
     );

@@ -51,6 +51,7 @@ fn sweep(dir: &Path, world_sizes: &str, seed: &str) -> String {
         "--max-bytes",
         "16MiB",
         "--no-progress",
+        "--force",
         "--out",
         dir.to_str().unwrap(),
     ]))
@@ -190,8 +191,8 @@ fn a_ws2_sweep_replaces_only_the_ws2_rows_of_a_published_file() {
         }
         let ws2 = table(&after, key(collective, 2));
         assert_ne!(ws2, table(&before, key(collective, 2)), "replaced");
-        let Some(TableSource::Measured(m)) = &ws2.source else {
-            panic!("a measured table in a published file names its source: {ws2:?}");
+        let Some(TableSource::Synthetic(m)) = &ws2.source else {
+            panic!("a synthetic table in a published file names its source: {ws2:?}");
         };
         assert_eq!(m.evidence, "sm90-nvlink.evidence.json");
         assert!(dir.join(&m.evidence).exists());
@@ -210,7 +211,7 @@ fn refitting_the_evidence_into_the_merged_file_is_byte_identical() {
     sweep_ws2(&dir, "4");
     let merged = std::fs::read(&toml).unwrap();
     let evidence = dir.join("sm90-nvlink.evidence.json");
-    let stdout = ok(tuner(&["fit", evidence.to_str().unwrap()]));
+    let stdout = ok(tuner(&["fit", evidence.to_str().unwrap(), "--force"]));
     assert!(stdout.contains("replaced 2 table(s)"), "{stdout}");
     assert_eq!(std::fs::read(&toml).unwrap(), merged);
 }
@@ -263,6 +264,7 @@ fn a_file_for_another_platform_is_not_merged_into() {
     let out = tuner(&[
         "fit",
         evidence.to_str().unwrap(),
+        "--force",
         "-o",
         toml.to_str().unwrap(),
     ]);

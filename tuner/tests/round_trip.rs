@@ -17,6 +17,9 @@ fn fit_args(evidence: &std::path::Path, out: &std::path::Path) -> FitCommandArgs
     FitCommandArgs {
         evidence: evidence.to_path_buf(),
         out: Some(out.to_path_buf()),
+        // The synthetic model's tables, in a scratch folder of their own.
+        force: false,
+        json: false,
         fit: FitArgs {
             margin_pct: 4.0,
             alpha: 0.01,

@@ -29,6 +29,9 @@ fn kernels_dispatch_with_the_engine_tables() {
     // Other tables cannot take over any more, and the error says whose are in use.
     let error = policy::use_tables(&policy::TABLES).unwrap_err();
     assert_eq!(error.in_use(), "engine-example: tuned");
-    assert!(error.to_string().contains("policy: tuned"), "{error}");
+    assert!(
+        error.to_string().contains("colltune-policy: tuned"),
+        "{error}"
+    );
     assert_eq!(kernels::table_choice(PREFILL_ALL_REDUCE), Algo::Nccl);
 }

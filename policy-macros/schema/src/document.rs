@@ -34,20 +34,32 @@ pub enum Source {
     Measured,
     /// Taken from a published source; `citation` says which.
     Published,
+    /// Made by `tuner sweep --synthetic` from the tuner's seeded latency model:
+    /// it exercises the pipeline and describes no GPU. Recorded like a
+    /// measurement (evidence, date, tuner version), so the tables can be
+    /// re-fitted and checked, but never to be taken for one.
+    Synthetic,
 }
 
 impl Source {
+    pub const ALL: [Source; 3] = [Source::Measured, Source::Published, Source::Synthetic];
+
     pub const fn name(self) -> &'static str {
         match self {
             Source::Measured => "measured",
             Source::Published => "published",
+            Source::Synthetic => "synthetic",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
-        [Source::Measured, Source::Published]
-            .into_iter()
-            .find(|s| s.name() == name)
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// True for the sources a sweep writes (measured, synthetic): they name
+    /// their evidence, date and tuner version; a published one names a citation.
+    pub const fn has_evidence(self) -> bool {
+        !matches!(self, Source::Published)
     }
 }
 
@@ -107,6 +119,8 @@ pub enum TableSource {
     Measured(Measurement),
     /// Read from a public source, named by `citation` (project and file, PR or figure).
     Published { citation: String },
+    /// Made by `tuner sweep --synthetic` (see [`Source::Synthetic`]).
+    Synthetic(Measurement),
 }
 
 impl TableSource {
@@ -114,6 +128,17 @@ impl TableSource {
         match self {
             TableSource::Measured(_) => Source::Measured,
             TableSource::Published { .. } => Source::Published,
+            TableSource::Synthetic(_) => Source::Synthetic,
+        }
+    }
+
+    /// A measured or synthetic source with `measurement` (`source` must not
+    /// be published, which has a citation instead).
+    pub fn with_measurement(source: Source, measurement: Measurement) -> Option<TableSource> {
+        match source {
+            Source::Measured => Some(TableSource::Measured(measurement)),
+            Source::Synthetic => Some(TableSource::Synthetic(measurement)),
+            Source::Published => None,
         }
     }
 }
@@ -150,8 +175,8 @@ impl Document {
     /// Where `table`'s figures come from: its own source, else the file's.
     pub fn origin<'a>(&'a self, table: &'a Table) -> Origin<'a> {
         match &table.source {
-            Some(TableSource::Measured(m)) => Origin {
-                source: Source::Measured,
+            Some(own @ (TableSource::Measured(m) | TableSource::Synthetic(m))) => Origin {
+                source: own.source(),
                 citation: None,
                 evidence: Some(&m.evidence),
                 date: Some(&m.date),
@@ -175,7 +200,7 @@ impl Platform {
     /// The origin of a table that names no source of its own.
     pub fn default_origin(&self) -> Origin<'_> {
         let p = &self.provenance;
-        let measured = self.source == Source::Measured;
+        let measured = self.source.has_evidence();
         Origin {
             source: self.source,
             citation: self.citation.as_deref().filter(|_| !measured),

@@ -143,7 +143,7 @@ fn with_own_source(table: &Table, from: &Platform, into: &Platform) -> Result<Ta
             table.key,
             from.source.name(),
             match from.source {
-                Source::Measured => "its evidence, date and tuner_version",
+                Source::Measured | Source::Synthetic => "its evidence, date and tuner_version",
                 Source::Published => "its citation",
             }
         ))
@@ -162,11 +162,14 @@ pub fn default_source(platform: &Platform) -> Option<TableSource> {
         Source::Published => Some(TableSource::Published {
             citation: origin.citation?.to_string(),
         }),
-        Source::Measured => Some(TableSource::Measured(Measurement {
-            evidence: origin.evidence?.to_string(),
-            date: origin.date?.to_string(),
-            tuner_version: origin.tuner_version?.to_string(),
-        })),
+        source => TableSource::with_measurement(
+            source,
+            Measurement {
+                evidence: origin.evidence?.to_string(),
+                date: origin.date?.to_string(),
+                tuner_version: origin.tuner_version?.to_string(),
+            },
+        ),
     }
 }
 

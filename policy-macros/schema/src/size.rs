@@ -14,16 +14,27 @@ const UNITS: [(&str, u64); 4] = [
 /// Parses a size string into bytes. A fractional number is accepted only when it
 /// names a whole number of bytes (`"1.125MiB"` is 1179648; `"1.3KiB"` is an error).
 pub fn parse_size(text: &str) -> Result<u64, String> {
+    if text.trim_start().starts_with('-') {
+        return Err(format!(
+            "invalid size `{text}`: a size is a number of bytes and cannot be negative"
+        ));
+    }
     let number_end = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(number_end);
     let unit = unit.trim_start_matches(' ');
     let multiplier = unit_multiplier(unit).ok_or_else(|| unknown_unit(text, unit))?;
-    let bytes = scale(number, multiplier).ok_or_else(|| {
-        format!("invalid size `{text}`: expected a number of bytes or a number with KiB, MiB or GiB, e.g. \"448KiB\"")
-    })?;
-    bytes.map_err(|()| format!("size `{text}` is not a whole number of bytes"))
+    scale(number, multiplier).map_err(|e| match e {
+        Scale::Malformed => format!(
+            "invalid size `{text}`: expected a number of bytes or a number with KiB, MiB or GiB, e.g. \"448KiB\""
+        ),
+        Scale::NotWhole => format!("size `{text}` is not a whole number of bytes"),
+        Scale::TooLarge => format!(
+            "size `{text}` is too large: sizes go up to {} bytes (16 EiB − 1)",
+            u64::MAX
+        ),
+    })
 }
 
 /// The canonical spelling of a size: the largest unit that divides it exactly,
@@ -54,9 +65,15 @@ fn unknown_unit(text: &str, unit: &str) -> String {
     format!("invalid size `{text}`: unknown unit `{unit}`; expected B, KiB, MiB or GiB{hint}")
 }
 
-/// `number × multiplier` for a decimal `number` such as `1.125`. `None` when the
-/// number is malformed or too large; `Some(Err(()))` when it is not a whole byte count.
-fn scale(number: &str, multiplier: u64) -> Option<Result<u64, ()>> {
+/// Why a number and unit are not a size.
+enum Scale {
+    Malformed,
+    NotWhole,
+    TooLarge,
+}
+
+/// `number × multiplier` for a decimal `number` such as `1.125`.
+fn scale(number: &str, multiplier: u64) -> Result<u64, Scale> {
     let (whole, fraction) = match number.split_once('.') {
         Some((w, f)) => (w, f),
         None => (number, ""),
@@ -67,16 +84,21 @@ fn scale(number: &str, multiplier: u64) -> Option<Result<u64, ()>> {
         && !(number.contains('.') && fraction.is_empty())
         && fraction.len() <= 18;
     if !well_formed {
-        return None;
+        return Err(Scale::Malformed);
     }
-    // Work in u128 on the digits without the point: 1.125 → 1125 / 10^3.
-    let digits: u128 = format!("{whole}{fraction}").parse().ok()?;
+    // Work in u128 on the digits without the point: 1.125 → 1125 / 10^3. Any
+    // number too long for u128 is far beyond u64 too.
+    let digits: u128 = format!("{whole}{fraction}")
+        .parse()
+        .map_err(|_| Scale::TooLarge)?;
     let denominator = 10u128.pow(fraction.len() as u32);
-    let numerator = digits.checked_mul(u128::from(multiplier))?;
+    let numerator = digits
+        .checked_mul(u128::from(multiplier))
+        .ok_or(Scale::TooLarge)?;
     if numerator % denominator != 0 {
-        return Some(Err(()));
+        return Err(Scale::NotWhole);
     }
-    u64::try_from(numerator / denominator).ok().map(Ok)
+    u64::try_from(numerator / denominator).map_err(|_| Scale::TooLarge)
 }
 
 #[cfg(test)]
@@ -112,8 +134,22 @@ mod tests {
         assert!(parse_size("KiB").is_err());
         assert!(parse_size("1.KiB").is_err());
         assert!(parse_size(".5KiB").is_err());
-        assert!(parse_size("-1").is_err());
-        assert!(parse_size("99999999999999999999GiB").is_err());
+        assert!(parse_size("-1").unwrap_err().contains("cannot be negative"));
+        assert!(
+            parse_size("-5KiB")
+                .unwrap_err()
+                .contains("cannot be negative")
+        );
+        for huge in [
+            "99999999999GiB",
+            "99999999999999999999GiB",
+            "18446744073709551616",
+            "999999999999999999999999999999999999999999",
+        ] {
+            let e = parse_size(huge).unwrap_err();
+            assert!(e.contains("is too large"), "{huge}: {e}");
+        }
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
         assert!(parse_size("1.2.3KiB").is_err());
     }
 

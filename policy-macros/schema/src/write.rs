@@ -83,7 +83,7 @@ fn write_table_source(out: &mut String, source: &TableSource) {
     key_str(out, "source", source.source().name());
     match source {
         TableSource::Published { citation } => key_str(out, "citation", citation),
-        TableSource::Measured(m) => {
+        TableSource::Measured(m) | TableSource::Synthetic(m) => {
             key_str(out, "evidence", &m.evidence);
             key_str(out, "date", &m.date);
             key_str(out, "tuner_version", &m.tuner_version);

@@ -481,7 +481,7 @@ fn published_table_with_evidence() {
     ));
     assert_eq!(
         d.message,
-        "`evidence` is for measured tables; a table with source = \"published\" names where its figures come from in `citation`"
+        "`evidence` is for measured and synthetic tables; a table with source = \"published\" names where its figures come from in `citation`"
     );
     assert_eq!(at(&d), (22, 12));
 }
@@ -525,7 +525,30 @@ fn unknown_table_source() {
     let d = only_error(&table_with("source = \"guessed\"\n"));
     assert_eq!(
         d.message,
-        "unknown source `guessed`; expected one of: measured, published"
+        "unknown source `guessed`; expected one of: measured, published, synthetic"
     );
     assert_eq!(at(&d), (20, 10));
+}
+
+#[test]
+fn a_synthetic_table_names_its_evidence_like_a_measured_one() {
+    let synthetic = table_with(
+        "source = \"synthetic\"\nevidence = \"e.json\"\ndate = \"2026-11-29\"\ntuner_version = \"0.1.0\"\n",
+    );
+    let doc = parse_document("t.toml", &synthetic).unwrap();
+    let origin = doc.origin(&doc.tables[0]);
+    assert_eq!(origin.source, tuned_schema::Source::Synthetic);
+    assert_eq!(origin.evidence, Some("e.json"));
+    let missing: Vec<String> = errors(&table_with("source = \"synthetic\"\n"))
+        .into_iter()
+        .map(|d| d.message)
+        .collect();
+    assert_eq!(missing.len(), 3, "{missing:#?}");
+    for key in ["evidence", "date", "tuner_version"] {
+        let needed = format!("source = \"synthetic\" requires `{key}`");
+        assert!(
+            missing.iter().any(|m| m.starts_with(&needed)),
+            "{missing:#?}"
+        );
+    }
 }

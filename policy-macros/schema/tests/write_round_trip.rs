@@ -64,7 +64,7 @@ fn platform() -> impl Strategy<Value = Platform> {
         arch(),
         text(),
         proptest::sample::select(Link::ALL.to_vec()),
-        prop_oneof![Just(Source::Measured), Just(Source::Published)],
+        proptest::sample::select(Source::ALL.to_vec()),
         opt_text(),
         provenance(),
     )
@@ -112,15 +112,24 @@ fn key() -> impl Strategy<Value = TableKey> {
 fn table_source() -> impl Strategy<Value = TableSource> {
     let date =
         (0u32..=9999, 1u32..=12, 1u32..=31).prop_map(|(y, m, d)| format!("{y:04}-{m:02}-{d:02}"));
-    let measured = ("[a-z0-9._/-]{1,24}", date, "[0-9][0-9a-z.+-]{0,9}").prop_map(
-        |(evidence, date, tuner_version)| {
-            TableSource::Measured(Measurement {
+    let measured = (
+        "[a-z0-9._/-]{1,24}",
+        date,
+        "[0-9][0-9a-z.+-]{0,9}",
+        any::<bool>(),
+    )
+        .prop_map(|(evidence, date, tuner_version, synthetic)| {
+            let measurement = Measurement {
                 evidence,
                 date,
                 tuner_version,
-            })
-        },
-    );
+            };
+            if synthetic {
+                TableSource::Synthetic(measurement)
+            } else {
+                TableSource::Measured(measurement)
+            }
+        });
     let published = text().prop_map(|t| TableSource::Published {
         citation: format!("x{t}"),
     });

@@ -5,7 +5,7 @@
 //! reference; the launcher compares the ranks' results bit for bit.
 //!
 //! ```text
-//! cargo run --release -p tuner --example multiprocess -- --world-size 2 [--iters 300]
+//! cargo run --release -p colltune-tuner --example multiprocess -- --world-size 2 [--iters 300]
 //!     [--algo policy|nccl|one_shot_push|one_shot_pull|two_shot_pull] [--dtype bf16]
 //!     [--gpus auto|shared|one-per-gpu] [--join auto|nccl|files]
 //!     [--matrix] [--kill-rank 1 [--kill-mode exit|stall] [--kill-after N]]

@@ -1,11 +1,12 @@
 //! Arguments several commands share, and parsers for the vocabulary, sizes and
 //! percentages on the command line.
 
-use tuned_schema::{Arch, Collective, DType, Link, Mode};
+use tuned_schema::{Algo, Arch, Collective, DType, Link, Mode};
 
 use super::Error;
 use crate::backend::Backend;
 use crate::backend::synthetic::{SyntheticBackend, SyntheticConfig};
+use crate::explain::MAX_WORLD;
 use crate::fit::FitSettings;
 
 /// Where measurements come from.
@@ -35,7 +36,7 @@ impl BackendArgs {
     pub fn open(&self) -> Result<Box<dyn Backend>, Error> {
         if self.synthetic {
             if !(0.0..=100.0).contains(&self.noise_pct) {
-                return Err(Error::Input(format!(
+                return Err(Error::Usage(format!(
                     "--noise-pct {} is not a percentage",
                     self.noise_pct
                 )));
@@ -75,7 +76,7 @@ pub struct FitArgs {
     /// crossover
     #[arg(long, default_value_t = 0.01)]
     pub alpha: f64,
-    /// Ignore points with fewer samples than this
+    /// Ignore points with fewer samples than this (at least 1)
     #[arg(long, default_value_t = 5)]
     pub min_samples: usize,
 }
@@ -83,16 +84,19 @@ pub struct FitArgs {
 impl FitArgs {
     pub fn settings(&self) -> Result<FitSettings, Error> {
         if !(0.0..100.0).contains(&self.margin_pct) {
-            return Err(Error::Input(format!(
+            return Err(Error::Usage(format!(
                 "--margin-pct {} must be in [0, 100)",
                 self.margin_pct
             )));
         }
         if !(self.alpha > 0.0 && self.alpha < 1.0) {
-            return Err(Error::Input(format!(
+            return Err(Error::Usage(format!(
                 "--alpha {} must be in (0, 1)",
                 self.alpha
             )));
+        }
+        if self.min_samples == 0 {
+            return Err(Error::Usage("--min-samples must be at least 1".to_string()));
         }
         Ok(FitSettings {
             margin: self.margin_pct / 100.0,
@@ -105,24 +109,53 @@ impl FitArgs {
 /// Which keys to measure. Empty lists mean "all".
 #[derive(clap::Args, Clone, Debug)]
 pub struct KeyArgs {
-    /// Collectives, e.g. all_reduce,all_gather (default: both)
+    /// Collectives: all_reduce, all_gather, comma-separated (default: both)
     #[arg(long, value_delimiter = ',', value_parser = collective)]
     pub collectives: Vec<Collective>,
-    /// World sizes, e.g. 2,4,8 (default: every size this machine can form)
-    #[arg(long, value_delimiter = ',')]
+    /// World sizes, 2 to 8, comma-separated, e.g. 2,4,8 (default: every size
+    /// this machine can form)
+    #[arg(long, value_delimiter = ',', value_parser = world_size)]
     pub world_sizes: Vec<u32>,
-    /// Element types, e.g. bf16,f16,f32 (default: all three)
+    /// Element types: bf16, f16, f32, comma-separated (default: all three)
     #[arg(long, value_delimiter = ',', value_parser = dtype)]
     pub dtypes: Vec<DType>,
-    /// graph and/or eager (default: both)
+    /// Modes: graph, eager, comma-separated (default: both)
     #[arg(long, value_delimiter = ',', value_parser = mode)]
     pub modes: Vec<Mode>,
-    /// Smallest message, e.g. 16 or 4KiB
-    #[arg(long, default_value = "16", value_parser = bytes)]
+    /// Smallest message (output bytes), e.g. 16 or 4KiB
+    #[arg(long, default_value = "16", value_parser = bytes, value_name = "SIZE")]
     pub min_bytes: u64,
-    /// Largest message, e.g. 256MiB
-    #[arg(long, default_value = "256MiB", value_parser = bytes)]
+    /// Largest message (output bytes), e.g. 256MiB
+    #[arg(long, default_value = "256MiB", value_parser = bytes, value_name = "SIZE")]
     pub max_bytes: u64,
+}
+
+impl KeyArgs {
+    /// What clap cannot check one value at a time: no list names a value twice
+    /// (a sweep would measure it twice and then refuse the duplicate table),
+    /// and the size range is not empty.
+    pub fn check(&self) -> Result<(), Error> {
+        twice("--collectives", &self.collectives, |c| c.name().to_string())?;
+        twice("--world-sizes", &self.world_sizes, u32::to_string)?;
+        twice("--dtypes", &self.dtypes, |d| d.name().to_string())?;
+        twice("--modes", &self.modes, |m| m.name().to_string())?;
+        if self.min_bytes == 0 || self.min_bytes > self.max_bytes {
+            return Err(Error::Usage(format!(
+                "invalid size range: --min-bytes {} must be above 0 and at most --max-bytes {}",
+                self.min_bytes, self.max_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn twice<T: PartialEq>(flag: &str, values: &[T], name: fn(&T) -> String) -> Result<(), Error> {
+    for (i, value) in values.iter().enumerate() {
+        if values[..i].contains(value) {
+            return Err(Error::Usage(format!("{flag} names {} twice", name(value))));
+        }
+    }
+    Ok(())
 }
 
 fn names<T: Copy>(all: &[T], name: fn(T) -> &'static str) -> String {
@@ -157,6 +190,25 @@ pub fn arch(text: &str) -> Result<Arch, String> {
     Arch::from_name(text).ok_or_else(|| "expected sm<major><minor>, e.g. sm90 or sm103".to_string())
 }
 
+pub fn algo(text: &str) -> Result<Algo, String> {
+    Algo::from_name(text)
+        .ok_or_else(|| format!("expected one of {}", names(&Algo::ALL, Algo::name)))
+}
+
+/// A world size the custom kernels serve: 2 to `MAX_WORLD` ranks.
+pub fn world_size(text: &str) -> Result<u32, String> {
+    let n: u32 = text
+        .parse()
+        .map_err(|_| format!("expected a number of ranks, 2 to {MAX_WORLD}"))?;
+    if (2..=MAX_WORLD).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "a world of {n} ranks cannot be measured: the custom kernels serve 2 to {MAX_WORLD}"
+        ))
+    }
+}
+
 /// A size such as `448KiB`, `2MiB` or `4096`.
 pub fn bytes(text: &str) -> Result<u64, String> {
     tuned_schema::size::parse_size(text)
@@ -177,5 +229,40 @@ mod tests {
         assert!(bytes("4KB").unwrap_err().contains("KiB"));
         assert_eq!(arch("sm90"), Ok(Arch::SM90));
         assert_eq!(link("loopback"), Ok(Link::Loopback));
+        assert_eq!(world_size("8"), Ok(8));
+        assert!(world_size("1").unwrap_err().contains("serve 2 to 8"));
+        assert!(world_size("x").unwrap_err().contains("number of ranks"));
+    }
+
+    #[test]
+    fn key_lists_name_each_value_once() {
+        let keys = KeyArgs {
+            collectives: vec![Collective::AllReduce],
+            world_sizes: vec![2, 4],
+            dtypes: vec![],
+            modes: vec![],
+            min_bytes: 16,
+            max_bytes: 1024,
+        };
+        assert!(keys.check().is_ok());
+        let twice = KeyArgs {
+            world_sizes: vec![2, 2],
+            ..keys.clone()
+        };
+        assert_eq!(
+            twice.check().unwrap_err().to_string(),
+            "--world-sizes names 2 twice"
+        );
+        let empty = KeyArgs {
+            min_bytes: 2048,
+            ..keys
+        };
+        assert!(
+            empty
+                .check()
+                .unwrap_err()
+                .to_string()
+                .contains("invalid size range")
+        );
     }
 }

@@ -19,6 +19,7 @@ use std::io::Write;
 use tuned_schema::size::{format_size, parse_size};
 use tuned_schema::{Algo, Collective, DType, Mode};
 
+use super::args::{algo, bytes, collective, dtype, mode};
 use super::{Error, Exit};
 use crate::stats::{algbw_gbps, busbw_gbps};
 
@@ -34,28 +35,32 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     devices: Option<Vec<usize>>,
     /// all_reduce, all_gather or both.
-    #[arg(long, default_value = "both")]
-    collective: String,
-    /// Comma-separated dtypes.
-    #[arg(long, value_delimiter = ',', default_value = "bf16")]
-    dtype: Vec<String>,
+    #[arg(long, default_value = "both", value_parser = collectives)]
+    collective: Collectives,
+    /// Comma-separated dtypes: bf16, f16, f32.
+    #[arg(long, value_delimiter = ',', default_value = "bf16", value_parser = dtype)]
+    dtype: Vec<DType>,
     /// Sizes (output bytes): a list like 16,4KiB,1MiB or a range 16B..256MiB.
     #[arg(long, default_value = "16B..256MiB")]
     sizes: String,
-    /// Factor between sizes of a range.
+    /// Factor between sizes of a range (at least 2).
     #[arg(long, default_value_t = 4)]
     step: u64,
     /// Comma-separated modes: graph, eager.
-    #[arg(long, value_delimiter = ',', default_value = "graph,eager")]
-    modes: Vec<String>,
-    /// Comma-separated algorithms (default: all of the collective's, NCCL included).
-    #[arg(long, value_delimiter = ',')]
-    algos: Option<Vec<String>>,
+    #[arg(long, value_delimiter = ',', default_value = "graph,eager", value_parser = mode)]
+    modes: Vec<Mode>,
+    /// Comma-separated algorithms: nccl, one_shot_push, one_shot_pull,
+    /// two_shot_pull, two_shot_push (default: all of the collective's, NCCL
+    /// included).
+    #[arg(long, value_delimiter = ',', value_parser = algo)]
+    algos: Option<Vec<Algo>>,
     /// Timed calls per sample (default: 20, fewer for large messages).
     #[arg(long)]
     calls: Option<u32>,
+    /// Timed samples per configuration.
     #[arg(long, default_value_t = 15)]
     samples: u32,
+    /// Untimed calls before the samples of each configuration.
     #[arg(long, default_value_t = 3)]
     warmup: u32,
     /// Most blocks per rank per kernel (default: one per SM on devices; the
@@ -74,11 +79,15 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1000)]
     timeout_ms: u64,
     /// Verify configurations up to this many output bytes before timing them.
-    #[arg(long, default_value = "64MiB")]
-    verify_max: String,
-    #[arg(long)]
+    #[arg(long, default_value = "64MiB", value_parser = bytes, value_name = "SIZE")]
+    verify_max: u64,
+    /// Write the rows as CSV (the columns of kernels/bench/*.csv); `-` for
+    /// standard output, instead of the table
+    #[arg(long, value_name = "FILE")]
     csv: Option<std::path::PathBuf>,
-    #[arg(long)]
+    /// Write the rows and the platform as JSON; `-` for standard output,
+    /// instead of the table
+    #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
     /// Inject a fault (to test recovery): for ALGO@SIZE (e.g.
     /// one_shot_push@64KiB) the last rank never issues its call, so the
@@ -96,6 +105,54 @@ fn parse_stall(text: &str) -> Result<(Algo, u64), String> {
     let algo = Algo::from_name(algo)
         .ok_or_else(|| format!("--inject-stall {text:?}: unknown algorithm {algo:?}"))?;
     Ok((algo, parse_size(size)?))
+}
+
+/// `--collective`: one collective or both.
+#[derive(Clone, Debug)]
+struct Collectives(Vec<Collective>);
+
+fn collectives(text: &str) -> Result<Collectives, String> {
+    if text == "both" {
+        return Ok(Collectives(Collective::ALL.to_vec()));
+    }
+    collective(text)
+        .map(|c| Collectives(vec![c]))
+        .map_err(|e| format!("{e}, or both"))
+}
+
+/// What the arguments ask for, checked before any GPU is looked for.
+struct Plan {
+    sizes: Vec<u64>,
+    /// `--inject-stall`: the configuration whose last rank stalls.
+    stall: Option<(Algo, u64)>,
+}
+
+impl BenchArgs {
+    fn plan(&self) -> Result<Plan, String> {
+        let sizes = parse_sizes(&self.sizes, self.step).map_err(|e| format!("--sizes: {e}"))?;
+        if sizes.is_empty() {
+            return Err(format!("--sizes {} names no size", self.sizes));
+        }
+        if self.samples == 0 {
+            return Err("--samples must be at least 1".to_string());
+        }
+        if [&self.csv, &self.json]
+            .iter()
+            .all(|p| p.as_deref() == Some(std::path::Path::new("-")))
+        {
+            return Err(
+                "--csv - and --json - both ask for standard output; give one a file".into(),
+            );
+        }
+        if let Some(algos) = &self.algos {
+            let runs = |c: &Collective| algos.iter().any(|a| a.implements(*c));
+            if !self.collective.0.iter().any(runs) {
+                return Err("no algorithm of --algos implements the --collective chosen".into());
+            }
+        }
+        let stall = self.inject_stall.as_deref().map(parse_stall).transpose()?;
+        Ok(Plan { sizes, stall })
+    }
 }
 
 /// One row of the report.
@@ -149,8 +206,19 @@ fn default_calls(bytes: u64) -> u32 {
 /// Times every configuration the arguments describe and prints one row each;
 /// fails (after writing the CSV and JSON) if any configuration failed.
 pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<Exit, Error> {
-    gpu::run(args, out).map_err(Error::Failed)?;
+    let plan = args.plan().map_err(Error::Usage)?;
+    gpu::run(args, &plan, out)?;
     Ok(Exit::Ok)
+}
+
+/// Writes `text` to `path`, or to `out` when the path is `-`.
+fn write_rows(path: &std::path::Path, text: &str, out: &mut dyn Write) -> Result<(), Error> {
+    if path == std::path::Path::new("-") {
+        out.write_all(text.as_bytes())?;
+        Ok(())
+    } else {
+        super::write_file(path, text)
+    }
 }
 
 /// The console line of `row`; `earlier` rows give the NCCL baseline.
@@ -231,8 +299,16 @@ fn csv(rows: &[Row], world: usize, loopback: bool) -> String {
 
 #[cfg(not(feature = "gpu"))]
 mod gpu {
-    pub(super) fn run(_: &super::BenchArgs, _: &mut dyn std::io::Write) -> Result<(), String> {
-        Err("this tuner was built without the `gpu` feature".to_string())
+    use super::super::Error;
+
+    pub(super) fn run(
+        _: &super::BenchArgs,
+        _: &super::Plan,
+        _: &mut dyn std::io::Write,
+    ) -> Result<(), Error> {
+        Err(Error::NoGpu(
+            "this tuner was built without the `gpu` feature".to_string(),
+        ))
     }
 }
 
@@ -244,9 +320,10 @@ mod gpu {
     use kernels::{Error, Fallback, Options, RankComm};
     use policy::{Algo, Collective, DType, Mode};
 
+    use super::super::Error as CommandError;
     use super::{
-        BenchArgs, Outcome, Row, algbw_gbps, busbw_gbps, csv, default_calls, parse_size,
-        parse_sizes, parse_stall, row_line,
+        BenchArgs, Outcome, Plan, Row, algbw_gbps, busbw_gbps, csv, default_calls, row_line,
+        write_rows,
     };
     use crate::harness::timing::{
         GpuStack, TimingSpec, gpu_stack, measure, stall_last_rank, validate,
@@ -254,30 +331,33 @@ mod gpu {
     use crate::harness::world::WorldKeeper;
     use crate::stats;
 
-    pub(super) fn run(cli: &BenchArgs, out: &mut dyn Write) -> Result<(), String> {
-        let collectives: Vec<Collective> = match cli.collective.as_str() {
-            "both" => Collective::ALL.to_vec(),
-            name => {
-                vec![Collective::from_name(name).ok_or(format!("unknown collective {name:?}"))?]
-            }
-        };
-        let dtypes = cli
-            .dtype
-            .iter()
-            .map(|d| DType::from_name(d).ok_or(format!("unknown dtype {d:?}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let modes = cli
-            .modes
-            .iter()
-            .map(|m| Mode::from_name(m).ok_or(format!("unknown mode {m:?}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let sizes = parse_sizes(&cli.sizes, cli.step)?;
-        let verify_max = parse_size(&cli.verify_max)?;
-        let stall = cli.inject_stall.as_deref().map(parse_stall).transpose()?;
+    pub(super) fn run(
+        cli: &BenchArgs,
+        plan: &Plan,
+        out: &mut dyn Write,
+    ) -> Result<(), CommandError> {
+        kernels::raw::require_driver()
+            .map_err(|_| CommandError::NoGpu("libcuda not loadable".to_string()))?;
+        let gpus = cudarc::driver::CudaContext::device_count()
+            .map_err(|e| CommandError::NoGpu(format!("the driver lists no usable GPU: {e:?}")))?
+            as usize;
+        measure_all(cli, plan, gpus, out).map_err(CommandError::Failed)
+    }
 
-        kernels::raw::require_driver().map_err(|e| e.to_string())?;
-        let gpus =
-            cudarc::driver::CudaContext::device_count().map_err(|e| format!("{e:?}"))? as usize;
+    fn measure_all(
+        cli: &BenchArgs,
+        plan: &Plan,
+        gpus: usize,
+        out: &mut dyn Write,
+    ) -> Result<(), String> {
+        let (collectives, dtypes, modes) = (&cli.collective.0, &cli.dtype, &cli.modes);
+        let (sizes, verify_max) = (&plan.sizes, cli.verify_max);
+        // With --csv - or --json -, standard output carries that alone.
+        let to_stdout = [&cli.csv, &cli.json]
+            .iter()
+            .any(|p| p.as_deref() == Some(std::path::Path::new("-")));
+        let mut sink = std::io::sink();
+        let table: &mut dyn Write = if to_stdout { &mut sink } else { &mut *out };
         let devices: Vec<usize> = match (&cli.devices, cli.loopback) {
             (Some(list), _) => list.clone(),
             (None, false) if gpus >= 2 => (0..gpus.min(8)).collect(),
@@ -299,30 +379,28 @@ mod gpu {
         let ctx = ranks[0].stream().context().clone();
         let info = gpu_stack(&ctx).map_err(|e| e.to_string())?;
         let io = |e: std::io::Error| e.to_string();
-        write!(out, "{}", header(&info, ranks, loopback.is_some())).map_err(io)?;
+        write!(table, "{}", header(&info, ranks, loopback.is_some())).map_err(io)?;
         let json_world = json_world(ranks);
 
         let mut rows = Vec::new();
-        for &collective in &collectives {
+        for &collective in collectives {
             let algos: Vec<Algo> = match &cli.algos {
-                Some(names) => names
+                Some(chosen) => chosen
                     .iter()
-                    .map(|n| Algo::from_name(n).ok_or(format!("unknown algorithm {n:?}")))
-                    .collect::<Result<Vec<_>, _>>()?
-                    .into_iter()
+                    .copied()
                     .filter(|a| a.implements(collective))
                     .collect(),
                 None => collective.algos().to_vec(),
             };
-            for &dtype in &dtypes {
-                for &mode in &modes {
-                    for &bytes in &sizes {
+            for &dtype in dtypes {
+                for &mode in modes {
+                    for &bytes in sizes {
                         let unit = collective.output_size(world as u64, dtype.size_bytes());
                         if bytes % unit != 0 {
                             continue;
                         }
                         for &algo in &algos {
-                            let stalled = stall == Some((algo, bytes));
+                            let stalled = plan.stall == Some((algo, bytes));
                             let row = match keeper.ranks() {
                                 Ok(ranks) => bench_one(
                                     ranks, cli, collective, dtype, mode, bytes, algo, verify_max,
@@ -337,12 +415,12 @@ mod gpu {
                                     outcome: Outcome::Failed(format!("building a world: {e}")),
                                 },
                             };
-                            writeln!(out, "{}", row_line(&row, world, &rows)).map_err(io)?;
+                            writeln!(table, "{}", row_line(&row, world, &rows)).map_err(io)?;
                             // One failure stays one failure: a world it broke
                             // is given up and the next row builds a new one.
                             if matches!(row.outcome, Outcome::Failed(_)) && keeper.recover() {
                                 writeln!(
-                                    out,
+                                    table,
                                     "note: that configuration broke the world; building a new one"
                                 )
                                 .map_err(io)?;
@@ -353,17 +431,9 @@ mod gpu {
                 }
             }
         }
-        if let Some(path) = &cli.csv {
-            std::fs::write(path, csv(&rows, world, loopback.is_some()))
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-        }
-        if let Some(path) = &cli.json {
-            std::fs::write(path, json(&rows, &info, world, &json_world))
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-        }
         if keeper.rebuilt() > 0 {
             writeln!(
-                out,
+                table,
                 "note: the world was built again {} time(s) after a configuration broke it",
                 keeper.rebuilt()
             )
@@ -372,11 +442,19 @@ mod gpu {
         let (nccl_calls, in_progress) = kernels::raw::nccl_call_stats();
         if nccl_calls > 0 {
             writeln!(
-                out,
+                table,
                 "NCCL: {in_progress} of {nccl_calls} collectives answered ncclInProgress (each \
                  then waited for NCCL's own thread)"
             )
             .map_err(io)?;
+        }
+        if let Some(path) = &cli.csv {
+            write_rows(path, &csv(&rows, world, loopback.is_some()), out)
+                .map_err(|e| e.to_string())?;
+        }
+        if let Some(path) = &cli.json {
+            write_rows(path, &json(&rows, &info, world, &json_world), out)
+                .map_err(|e| e.to_string())?;
         }
         let failed = rows
             .iter()

@@ -1,32 +1,53 @@
-//! `tuner explain`: the selection for one query, and why.
+//! `tuner explain`: what runs one call, and why.
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use tuned_schema::{Arch, Collective, DType, Link, Mode, Query};
 
 use super::args::{arch, bytes, collective, dtype, link, mode};
 use super::{Error, Exit};
+use crate::explain::Explanation;
+use crate::tables::TableSet;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct ExplainArgs {
+    /// A tuned file or a folder of them, e.g. a sweep's output (default: the
+    /// tables compiled into policy)
+    #[arg(value_name = "TABLES")]
+    pub tables: Option<PathBuf>,
+    /// GPU architecture: sm<major><minor>, e.g. sm80, sm90, sm100, sm103
     #[arg(long, value_parser = arch)]
     pub arch: Arch,
+    /// Interconnect: nvlink, pcie or loopback
     #[arg(long, value_parser = link)]
     pub link: Link,
+    /// all_reduce or all_gather
     #[arg(long, value_parser = collective)]
     pub collective: Collective,
-    #[arg(long)]
+    /// Ranks of the world, at least 1 (the custom kernels serve 2 to 8; any
+    /// other size runs NCCL, and explain says why)
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub world_size: u32,
+    /// Element type: bf16, f16 or f32
     #[arg(long, value_parser = dtype)]
     pub dtype: DType,
+    /// graph (replayed from a CUDA graph) or eager
     #[arg(long, value_parser = mode)]
     pub mode: Mode,
     /// Output bytes of the call (all-gather: the gathered tensor), e.g. 448KiB
-    #[arg(long, value_parser = bytes)]
+    #[arg(long, value_parser = bytes, value_name = "SIZE")]
     pub bytes: u64,
+    /// Print the explanation as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result<Exit, Error> {
+    let tables = match &args.tables {
+        Some(path) => TableSet::load(path).map_err(Error::Input)?,
+        None => TableSet::Compiled,
+    };
     let query = Query::new(
         args.collective,
         args.arch,
@@ -36,25 +57,27 @@ pub fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         args.mode,
         args.bytes,
     );
-    write!(out, "{}", crate::explain::explain(query))?;
-    if let Ok(value) = std::env::var(policy::OVERRIDE_ENV) {
-        match policy::Policy::from_spec(&value) {
-            Ok(forced) => {
-                if let Some(algo) = forced.forced(query.key.collective) {
-                    writeln!(
-                        out,
-                        "note: {}={value} is set; engines that honour it run {} instead",
-                        policy::OVERRIDE_ENV,
-                        algo.name()
-                    )?;
-                }
+    // Engines honour COLLTUNE_ALGO; an invalid value stops them at start-up.
+    let forced = match std::env::var(policy::OVERRIDE_ENV) {
+        Ok(value) => match policy::Policy::from_spec(&value) {
+            Ok(policy) => policy
+                .forced(query.key.collective)
+                .map(|algo| (value.clone(), algo)),
+            Err(e) => {
+                return Err(Error::Input(format!(
+                    "{}={value} is set but invalid, so engines would not start: {e}",
+                    policy::OVERRIDE_ENV
+                )));
             }
-            Err(e) => writeln!(
-                out,
-                "note: {}={value} is set but invalid: {e}",
-                policy::OVERRIDE_ENV
-            )?,
-        }
+        },
+        Err(_) => None,
+    };
+    let explanation = Explanation::new(&tables, query, forced);
+    if args.json {
+        let text = serde_json::to_string_pretty(&explanation.to_json()).unwrap_or_default();
+        writeln!(out, "{text}")?;
+    } else {
+        write!(out, "{}", explanation.render())?;
     }
     Ok(Exit::Ok)
 }

@@ -22,26 +22,45 @@ pub use show::{ShowArgs, show};
 pub use sweep::{SweepArgs, sweep};
 pub use verify::{VerifyArgs, verify};
 
-/// How a command that ran ended; the process exit status.
+/// How a command that ran ended; the process exit status. Together with
+/// [`Error::exit_code`] the statuses are: 0 done, 1 an error, 2 a usage error
+/// (as clap's own), 3 `verify` judged a table FAIL, 130 interrupted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
     Ok = 0,
-    /// `verify`: a key's regret is above its limit.
-    RegretTooHigh = 2,
+    /// `verify`: a key's regret is above its limit. Not 2, which says the
+    /// command line was wrong: a script must be able to tell a table that
+    /// fails from a typo.
+    RegretTooHigh = 3,
     /// Ctrl-C: what was measured was written.
     Interrupted = 130,
 }
 
-/// Why a command could not do its job. Printed as one line: `tuner: {self}`;
-/// the exit status is 1.
+/// Why a command could not do its job. Printed as `tuner: {self}` (one line,
+/// plus one indented line per problem of a tuned file); the exit status is
+/// [`Error::exit_code`].
 #[derive(Debug)]
 pub enum Error {
+    /// The command line is wrong: a value out of range, flags that do not go
+    /// together, a destination the command refuses. Exit status 2, as for the
+    /// errors clap finds itself.
+    Usage(String),
     /// There is no GPU to measure on; the reason is what failed.
     NoGpu(String),
-    /// An argument or input file is wrong.
+    /// An input file is wrong (unreadable, does not parse, has nothing usable).
     Input(String),
     /// Measuring or writing failed.
     Failed(String),
+}
+
+impl Error {
+    /// 2 for usage errors, 1 for everything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) => 2,
+            _ => 1,
+        }
+    }
 }
 
 impl fmt::Display for Error {
@@ -51,7 +70,9 @@ impl fmt::Display for Error {
                 f,
                 "no CUDA GPU found ({reason}); on this machine you can run `tuner show`, `tuner explain`, `tuner fit`, `tuner plot` (or measure the synthetic model with `--synthetic`)"
             ),
-            Error::Input(message) | Error::Failed(message) => f.write_str(message),
+            Error::Usage(message) | Error::Input(message) | Error::Failed(message) => {
+                f.write_str(message)
+            }
         }
     }
 }

@@ -2,46 +2,51 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::args::FitArgs;
 use super::{Error, Exit, diagnostics};
 use crate::evidence::Evidence;
 use crate::fit::fit;
-use crate::plot::plot_evidence;
+use crate::plot::{INDEX, plot_evidence};
 use crate::write::file_stem;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct PlotArgs {
     /// The evidence file a sweep wrote
     pub evidence: PathBuf,
-    /// Shade the bands of this tuned file (default: fit the evidence and shade
-    /// what `tuner fit` would write)
-    #[arg(long)]
+    /// Shade the bands of this tuned file, which must be the one that answers
+    /// the evidence's platform (default: fit the evidence and shade what
+    /// `tuner fit` would write)
+    #[arg(long, value_name = "FILE")]
     pub toml: Option<PathBuf>,
-    /// Folder for the SVG files (default: <arch>-<link>.plots beside the evidence)
-    #[arg(long, short)]
+    /// Folder for the SVG files and index.html (default:
+    /// <arch>-<link>.plots beside the evidence); an existing folder must hold
+    /// only an earlier plot's files, which are replaced
+    #[arg(long, short, value_name = "FOLDER")]
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub fit: FitArgs,
 }
 
 pub fn plot(args: &PlotArgs, out: &mut dyn Write) -> Result<Exit, Error> {
+    if args.out.as_deref() == Some(Path::new("-")) {
+        return Err(Error::Usage(
+            "-o - is not possible: plot writes a folder of figures (SVG files and index.html)"
+                .to_string(),
+        ));
+    }
+    let settings = args.fit.settings()?;
     let evidence = Evidence::load(&args.evidence).map_err(|e| Error::Input(e.to_string()))?;
+    if evidence.keys.is_empty() {
+        return Err(Error::Input(format!(
+            "{}: the evidence has no key, so there is nothing to plot",
+            args.evidence.display()
+        )));
+    }
     let bands: BTreeMap<_, _> = match &args.toml {
-        Some(path) => {
-            let shown = path.display().to_string();
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Error::Input(format!("cannot read {shown}: {e}")))?;
-            let doc = tuned_schema::parse::parse_document(&shown, &text).map_err(|d| {
-                Error::Input(diagnostics(
-                    &format!("{shown} is not a valid tuned file:"),
-                    &d,
-                ))
-            })?;
-            doc.tables.into_iter().map(|t| (t.key, t.bands)).collect()
-        }
-        None => fit(&evidence, &args.fit.settings()?)
+        Some(path) => toml_bands(path, &evidence)?,
+        None => fit(&evidence, &settings)
             .keys
             .into_iter()
             .map(|k| (k.key, k.bands))
@@ -53,9 +58,134 @@ pub fn plot(args: &PlotArgs, out: &mut dyn Write) -> Result<Exit, Error> {
             file_stem(evidence.platform.arch, evidence.platform.link)
         ))
     });
-    let written = plot_evidence(&evidence, &bands, &folder).map_err(Error::Failed)?;
-    for path in written {
-        writeln!(out, "wrote {}", path.display())?;
+    check_destination(&folder)?;
+    let staging = staging_folder(&folder);
+    std::fs::create_dir_all(&staging)
+        .map_err(|e| Error::Failed(format!("cannot create {}: {e}", staging.display())))?;
+    let summaries = match plot_evidence(&evidence, &bands, &staging) {
+        Ok(s) if s.iter().any(|k| k.file.is_some()) => s,
+        Ok(_) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(Error::Input(format!(
+                "{}: no key has a usable point (every one failed or has no samples), so there is nothing to plot",
+                args.evidence.display()
+            )));
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(Error::Failed(format!("{e}; nothing was written")));
+        }
+    };
+    replace_folder(&staging, &folder)?;
+    for s in &summaries {
+        match &s.file {
+            Some(file) => writeln!(out, "wrote {}", folder.join(file).display())?,
+            None => eprintln!("tuner: warning: {}: {}", s.key, s.line()),
+        }
     }
+    writeln!(
+        out,
+        "wrote {} (links every figure, one line per key)",
+        folder.join(INDEX).display()
+    )?;
     Ok(Exit::Ok)
+}
+
+/// The bands of the tuned file at `path`, which must answer the evidence's
+/// platform: shading NVLink bands over loopback data says nothing true.
+fn toml_bands(
+    path: &Path,
+    evidence: &Evidence,
+) -> Result<BTreeMap<tuned_schema::TableKey, Vec<tuned_schema::Band>>, Error> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Input(format!("cannot read {shown}: {e}")))?;
+    let doc = tuned_schema::parse::parse_document(&shown, &text).map_err(|d| {
+        Error::Input(diagnostics(
+            &format!("{shown} is not a valid tuned file:"),
+            &d,
+        ))
+    })?;
+    let (want, have) = (&evidence.platform, &doc.platform);
+    let answers = have.link == want.link && want.arch.answered_by([have.arch]) == Some(have.arch);
+    if !answers {
+        return Err(Error::Usage(format!(
+            "--toml {shown} is for {} {}, but the evidence is from {} {}: its bands do not answer that platform",
+            have.arch,
+            have.link.name(),
+            want.arch,
+            want.link.name()
+        )));
+    }
+    Ok(doc.tables.into_iter().map(|t| (t.key, t.bands)).collect())
+}
+
+/// A plot folder may be new, or hold an earlier plot (SVG files and
+/// index.html), which it replaces; anything else is refused before a
+/// figure is drawn, so no one's files are replaced by figures.
+fn check_destination(folder: &Path) -> Result<(), Error> {
+    if !folder.exists() {
+        return Ok(());
+    }
+    if !folder.is_dir() {
+        return Err(Error::Usage(format!(
+            "-o {} is a file; plot writes a folder of figures",
+            folder.display()
+        )));
+    }
+    let entries = std::fs::read_dir(folder)
+        .map_err(|e| Error::Failed(format!("cannot read {}: {e}", folder.display())))?;
+    let foreign: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let figure = name.ends_with(".svg") || name == INDEX;
+            !(figure && e.path().is_file())
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if foreign.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "-o {} holds files that are not an earlier plot's ({}); plot replaces its folder, so choose an empty or new one",
+            folder.display(),
+            foreign.join(", ")
+        )))
+    }
+}
+
+/// A sibling of `folder` to draw into before it takes `folder`'s place.
+fn staging_folder(folder: &Path) -> PathBuf {
+    let name = folder
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plots".to_string());
+    folder.with_file_name(format!(".{name}.partial-{}", std::process::id()))
+}
+
+/// Puts the finished `staging` folder at `folder`, replacing an earlier plot.
+fn replace_folder(staging: &Path, folder: &Path) -> Result<(), Error> {
+    let failed = |what: &str, e: std::io::Error| {
+        let _ = std::fs::remove_dir_all(staging);
+        Error::Failed(format!("cannot {what} {}: {e}", folder.display()))
+    };
+    if folder.exists() {
+        let old = folder.with_file_name(format!(
+            ".{}.old-{}",
+            folder
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            std::process::id()
+        ));
+        std::fs::rename(folder, &old).map_err(|e| failed("move aside", e))?;
+        if let Err(e) = std::fs::rename(staging, folder) {
+            let _ = std::fs::rename(&old, folder);
+            return Err(failed("replace", e));
+        }
+        let _ = std::fs::remove_dir_all(&old);
+        return Ok(());
+    }
+    std::fs::rename(staging, folder).map_err(|e| failed("create", e))
 }

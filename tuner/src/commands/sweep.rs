@@ -1,28 +1,37 @@
 //! `tuner sweep`: measure, fit, write the TOML and its evidence.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::args::{BackendArgs, FitArgs, KeyArgs};
 use super::{Error, Exit, write_file};
 use crate::backend::Repetitions;
-use crate::commands::fit::fit_and_write;
+use crate::commands::fit::{WriteFailure, dropped_keys, fit_and_write};
+use crate::evidence::Evidence;
+use crate::fit::fit;
 use crate::format;
 use crate::observe::RunStatus;
 use crate::progress::{Progress, install_ctrl_c};
 use crate::sweep::{SweepSettings, plan, sweep as run_sweep};
-use crate::write::{evidence_file_name, file_stem, toml_file_name};
+use crate::write::{
+    check_folder, check_test_destination, evidence_file_name, file_stem, toml_file_name,
+};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct SweepArgs {
     /// Folder for <arch>-<link>.toml and <arch>-<link>.evidence.json
-    /// (default: tuned; required with --synthetic, whose tables must never
-    /// land in tuned/ by accident)
-    #[arg(long, short)]
+    /// (default: tuned; required with --synthetic and --loopback, whose
+    /// tables describe no GPU platform and must never land in tuned/ by
+    /// accident)
+    #[arg(long, short, value_name = "FOLDER")]
     pub out: Option<PathBuf>,
+    /// Write synthetic or loopback tables even into a folder with real
+    /// platforms' tables, or one that policy compiles
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub keys: KeyArgs,
-    /// Timed samples per point in the first round
+    /// Timed samples per point in the first round (at least 5)
     #[arg(long, default_value_t = 25)]
     pub samples: u32,
     /// Untimed calls before the samples of each point
@@ -85,41 +94,73 @@ impl SweepArgs {
 
 pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     let fit_settings = args.fit.settings()?;
+    args.keys.check()?;
     // Only a real platform's measurements may land in tuned/ by default: every
     // file there is compiled into `policy`.
     let out_dir = match (&args.out, args.backend.synthetic, args.backend.loopback) {
+        (Some(dir), _, _) if dir.as_os_str() == "-" => {
+            return Err(Error::Usage(
+                "--out - is not possible: a sweep writes two files (the TOML and its evidence) into a folder"
+                    .to_string(),
+            ));
+        }
         (Some(dir), _, _) => dir.clone(),
         (None, false, false) => PathBuf::from("tuned"),
         (None, true, _) => {
-            return Err(Error::Input(
+            return Err(Error::Usage(
                 "--synthetic needs --out: synthetic tables must never replace real ones in tuned/"
                     .to_string(),
             ));
         }
         (None, false, true) => {
-            return Err(Error::Input(
+            return Err(Error::Usage(
                 "--loopback needs --out: a loopback world validates kernels, not a platform, so its table does not belong in tuned/"
                     .to_string(),
             ));
         }
     };
     if args.samples < 5 {
-        return Err(Error::Input("--samples must be at least 5".to_string()));
+        return Err(Error::Usage("--samples must be at least 5".to_string()));
     }
     let mut backend = args.backend.open()?;
     let settings = args.settings();
-    let plan = plan(&*backend, &settings).map_err(Error::Input)?;
+    let plan = plan(&*backend, &settings).map_err(Error::Usage)?;
     let platform = backend.platform();
+    let (arch, link) = (platform.arch, platform.link);
+    let toml_path = out_dir.join(toml_file_name(arch, link));
+    // Everything that could stop the results from being written is checked
+    // now, before minutes of measuring.
+    let synthetic = platform.backend == "synthetic";
+    let kind = match (synthetic, link) {
+        (true, _) => Some("synthetic"),
+        (false, tuned_schema::Link::Loopback) => Some("loopback"),
+        (false, _) => None,
+    };
+    let destination = Destination {
+        out_dir: &out_dir,
+        toml_path: &toml_path,
+        arch,
+        link,
+    };
+    destination.prepare(kind.filter(|_| !args.force), !args.dry_run)?;
+    let estimate = if synthetic {
+        // The model's latencies are not spent: the sweep takes a fraction of this.
+        format!(
+            "{} of modelled GPU time, which the synthetic model does not spend",
+            format::duration(plan.estimated_seconds)
+        )
+    } else {
+        format!("estimated {}", format::duration(plan.estimated_seconds))
+    };
     writeln!(
         out,
-        "{} ({} {}, {} backend): {} keys, {} grid points, estimated {}",
+        "{} ({} {}, {} backend): {} keys, {} grid points, {estimate}",
         platform.gpu,
         platform.arch,
         platform.link.name(),
         platform.backend,
         plan.keys.len(),
         plan.grid_points,
-        format::duration(plan.estimated_seconds)
     )?;
     if args.dry_run {
         for key in &plan.keys {
@@ -137,9 +178,12 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
 
     let stop = install_ctrl_c();
     let mut progress = Progress::new(stop, !args.no_progress);
+    if synthetic {
+        progress = progress.modelled();
+    }
     let started = std::time::Instant::now();
     let outcome = run_sweep(&mut *backend, &settings, &crate::today_utc(), &mut progress)
-        .map_err(Error::Input)?;
+        .map_err(Error::Usage)?;
     progress.finish();
     // The measuring time, so that a run's log records it (goals are set on it).
     let took = format::duration(started.elapsed().as_secs_f64());
@@ -148,22 +192,16 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         evidence.settings.seed = Some(args.backend.seed);
     }
 
-    std::fs::create_dir_all(&out_dir)
-        .map_err(|e| Error::Failed(format!("cannot create {}: {e}", out_dir.display())))?;
-    let (arch, link) = (evidence.platform.arch, evidence.platform.link);
     let measured: usize = evidence.keys.iter().map(|k| k.points.len()).sum();
     if outcome.status != RunStatus::Complete {
         // Never overwrite the evidence that belongs to an existing TOML with a
         // partial one.
-        let partial = out_dir.join(format!(
-            "{}.interrupted.evidence.json",
-            file_stem(arch, link)
-        ));
-        write_file(&partial, &evidence.to_json())?;
+        let partial = keep_evidence(&evidence, &out_dir, "interrupted")?;
         let kept = format!(
-            "kept {measured} points measured in {took} in {}; `tuner fit {} -o FILE` derives bands from them",
+            "kept {measured} points measured in {took} in {}; `tuner fit {} -o {}` derives bands from them",
             partial.display(),
-            partial.display()
+            partial.display(),
+            toml_path.display()
         );
         return match outcome.status {
             RunStatus::Interrupted => {
@@ -174,9 +212,15 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
             RunStatus::Complete => unreachable!("checked above"),
         };
     }
-    let toml_path = out_dir.join(toml_file_name(arch, link));
     let evidence_path = out_dir.join(evidence_file_name(arch, link));
-    let written = fit_and_write(&evidence, &evidence_path, &toml_path, &fit_settings, true)?;
+    let result = fit(&evidence, &fit_settings);
+    for line in dropped_keys(&result) {
+        writeln!(out, "warning: {line}")?;
+    }
+    let written = match fit_and_write(&evidence, &result, &evidence_path, &toml_path, true) {
+        Ok(written) => written,
+        Err(failure) => return Err(unwritten(failure, &evidence, &out_dir, &toml_path, &took)),
+    };
     write!(out, "{}", written.report)?;
     for failed in evidence.failed_checks() {
         writeln!(out, "{}", failed.warning())?;
@@ -188,4 +232,103 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         written.evidence_path.display()
     )?;
     Ok(Exit::Ok)
+}
+
+/// Where a sweep's tables go.
+struct Destination<'a> {
+    out_dir: &'a Path,
+    toml_path: &'a Path,
+    arch: tuned_schema::Arch,
+    link: tuned_schema::Link,
+}
+
+impl Destination<'_> {
+    /// Checks, before anything is measured, that the tables can be written:
+    /// `out_dir` is a folder (created now when `create`) this process can
+    /// write, whose `*.toml` files `policy-macros` could compile with the new
+    /// one, with no file at the TOML's path that does not parse; and tables
+    /// of a `test_kind` (synthetic, loopback) are not headed for a folder of
+    /// real tables ([`check_test_destination`]).
+    fn prepare(&self, test_kind: Option<&str>, create: bool) -> Result<(), Error> {
+        if self.out_dir.exists() && !self.out_dir.is_dir() {
+            return Err(Error::Usage(format!(
+                "--out {} is a file; a sweep writes <arch>-<link>.toml and its evidence into a folder",
+                self.out_dir.display()
+            )));
+        }
+        if let Some(kind) = test_kind {
+            check_test_destination(kind, self.toml_path).map_err(Error::Usage)?;
+        }
+        check_folder(self.toml_path, self.arch, self.link).map_err(Error::Input)?;
+        if create {
+            std::fs::create_dir_all(self.out_dir).map_err(|e| {
+                Error::Failed(format!(
+                    "cannot create folder {}: {e}",
+                    self.out_dir.display()
+                ))
+            })?;
+            writable(self.out_dir, self.toml_path)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether files can be created in `folder` and an existing TOML replaced.
+fn writable(folder: &Path, toml_path: &Path) -> Result<(), Error> {
+    let probe = folder.join(format!(".tuner-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| Error::Failed(format!("cannot write into {}: {e}", folder.display())))?;
+    if toml_path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(toml_path)
+            .map_err(|e| Error::Failed(format!("cannot replace {}: {e}", toml_path.display())))?;
+    }
+    Ok(())
+}
+
+/// Writes the evidence as `<arch>-<link>.<what>.evidence.json` in `out_dir`,
+/// or in the system's temporary folder when `out_dir` takes no file.
+fn keep_evidence(evidence: &Evidence, out_dir: &Path, what: &str) -> Result<PathBuf, Error> {
+    let name = format!(
+        "{}.{what}.evidence.json",
+        file_stem(evidence.platform.arch, evidence.platform.link)
+    );
+    let text = evidence.to_json();
+    let first = out_dir.join(&name);
+    if std::fs::write(&first, &text).is_ok() {
+        return Ok(first);
+    }
+    let fallback = std::env::temp_dir().join(&name);
+    write_file(&fallback, &text)?;
+    Ok(fallback)
+}
+
+/// The error of a complete sweep whose tables could not be written: the
+/// reason, and where the measurements are kept with the command that
+/// finishes the job.
+fn unwritten(
+    failure: WriteFailure,
+    evidence: &Evidence,
+    out_dir: &Path,
+    toml_path: &Path,
+    took: &str,
+) -> Error {
+    let kept = match failure.evidence_written {
+        Some(path) => Ok(path),
+        None => keep_evidence(evidence, out_dir, "unwritten"),
+    };
+    let message = failure.error.to_string();
+    match kept {
+        Ok(path) => Error::Failed(format!(
+            "{message}\nthe measurements (taken in {took}) are kept in {}; once the problem is fixed, `tuner fit {} -o {}` writes the tables",
+            path.display(),
+            path.display(),
+            toml_path.display()
+        )),
+        Err(e) => Error::Failed(format!(
+            "{message}\nand the measurements could not be kept either: {e}"
+        )),
+    }
 }

@@ -197,7 +197,7 @@ fn read_platform(sink: &mut Sink<'_>, table: &DeTable<'_>, at: Pos) -> Option<(P
         "source",
         "source",
         Source::from_name,
-        &["measured", "published"],
+        &Source::ALL.map(Source::name),
     );
     let citation = f.optional_string(sink, "citation");
     let provenance = match f.optional_table(sink, "provenance") {

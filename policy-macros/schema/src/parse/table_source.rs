@@ -1,5 +1,6 @@
 //! A `[[table]]`'s own source: `source`, and `citation` (published) or
-//! `evidence`, `date` and `tuner_version` (measured).
+//! `evidence`, `date` and `tuner_version` (measured, and synthetic: what
+//! `tuner sweep --synthetic` writes).
 //!
 //! Every inconsistent combination is refused here, at the key that is wrong,
 //! because each one would leave a reviewer unable to tell where a table came
@@ -10,7 +11,7 @@ use super::fields::{Fields, Sink};
 use crate::diagnostic::Pos;
 use crate::document::{Measurement, Source, TableSource};
 
-/// Keys that only a measured table has, and what each names.
+/// Keys that only a measured (or synthetic) table has, and what each names.
 const MEASURED_ONLY: [(&str, &str); 3] = [
     (
         "evidence",
@@ -25,7 +26,7 @@ pub(super) fn read_table_source(
     sink: &mut Sink<'_>,
     f: &Fields<'_, '_>,
 ) -> Option<Option<TableSource>> {
-    let names = [Source::Measured.name(), Source::Published.name()];
+    let names = Source::ALL.map(Source::name);
     let source = match f.get("source") {
         None => None,
         Some(_) => Some(f.required_name(sink, "source", "source", Source::from_name, &names)?),
@@ -34,7 +35,9 @@ pub(super) fn read_table_source(
     match source {
         None => no_source(sink, &strings),
         Some((Source::Published, at)) => published(sink, &strings, at),
-        Some((Source::Measured, at)) => measured(sink, &strings, at),
+        Some((source @ (Source::Measured | Source::Synthetic), at)) => {
+            measured(sink, &strings, source, at)
+        }
     }
 }
 
@@ -88,7 +91,7 @@ fn published(sink: &mut Sink<'_>, given: &Given, at: Pos) -> Option<Option<Table
             sink.error_at(
                 *pos,
                 format!(
-                    "`{key}` is for measured tables; a table with source = \"published\" names where its figures come from in `citation`"
+                    "`{key}` is for measured and synthetic tables; a table with source = \"published\" names where its figures come from in `citation`"
                 ),
             );
             ok = false;
@@ -106,24 +109,32 @@ fn published(sink: &mut Sink<'_>, given: &Given, at: Pos) -> Option<Option<Table
     ok.then_some(Some(TableSource::Published { citation }))
 }
 
-fn measured(sink: &mut Sink<'_>, given: &Given, at: Pos) -> Option<Option<TableSource>> {
+fn measured(
+    sink: &mut Sink<'_>,
+    given: &Given,
+    source: Source,
+    at: Pos,
+) -> Option<Option<TableSource>> {
     let mut ok = true;
+    let name = source.name();
     if let Some((_, _, pos)) = given.get("citation") {
         sink.error_at(
             *pos,
-            "`citation` is for published tables; a table with source = \"measured\" names its `evidence`",
+            format!(
+                "`citation` is for published tables; a table with source = \"{name}\" names its `evidence`"
+            ),
         );
         ok = false;
     }
     let [evidence, date, tuner_version] =
-        MEASURED_ONLY.map(|(key, what)| non_empty(sink, given, key, at, "measured", what));
+        MEASURED_ONLY.map(|(key, what)| non_empty(sink, given, key, at, name, what));
     let date = date.and_then(|date| iso_date(sink, given, date));
     let measurement = Measurement {
         evidence: evidence?,
         date: date?,
         tuner_version: tuner_version?,
     };
-    ok.then_some(Some(TableSource::Measured(measurement)))
+    ok.then_some(TableSource::with_measurement(source, measurement))
 }
 
 /// The text of a key the source requires: present and not blank.
