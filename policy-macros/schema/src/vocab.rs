@@ -30,18 +30,14 @@ impl Collective {
         Self::ALL.into_iter().find(|c| c.name() == name)
     }
 
-    /// The algorithms that implement this collective, NCCL first.
+    /// The algorithms that implement this collective, in [`Algo::ALL`] order
+    /// (NCCL first).
     pub const fn algos(self) -> &'static [Algo] {
-        match self {
-            Collective::AllReduce => &[
-                Algo::Nccl,
-                Algo::OneShotPush,
-                Algo::OneShotPull,
-                Algo::TwoShotPull,
-                Algo::TwoShotPush,
-            ],
-            Collective::AllGather => &[Algo::Nccl, Algo::OneShotPush, Algo::OneShotPull],
-        }
+        let (all, n) = match self {
+            Collective::AllReduce => &ALL_REDUCE_ALGOS,
+            Collective::AllGather => &ALL_GATHER_ALGOS,
+        };
+        all.split_at(*n).0
     }
 
     /// The size of a call's output when each of `world_size` ranks contributes
@@ -208,57 +204,146 @@ impl Mode {
     }
 }
 
-/// An implementation of a collective.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum Algo {
-    /// NCCL through cudarc: always available, the fallback for every decline.
-    Nccl,
-    /// Lamport-style: write into every peer's sentinel-armed buffer, no barrier.
-    OneShotPush,
-    /// Copy into a registered buffer, flag barrier, read every peer.
-    OneShotPull,
-    /// Reduce-scatter then all-gather through registered buffers (all-reduce only).
-    TwoShotPull,
-    /// Reduce-scatter then all-gather by Lamport-style pushes into every peer's
-    /// sentinel-armed buffer, no barrier (all-reduce only).
-    TwoShotPush,
+/// Whether an algorithm is a library's collective or a kernel of this project.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AlgoKind {
+    /// A library's collective (NCCL): takes any size, never declines.
+    Library,
+    /// A custom kernel of `kernels` (one registry entry and one `.cu` file).
+    Kernel,
 }
 
-impl Algo {
-    pub const ALL: [Algo; 5] = [
-        Algo::Nccl,
-        Algo::OneShotPush,
-        Algo::OneShotPull,
-        Algo::TwoShotPull,
-        Algo::TwoShotPush,
-    ];
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            Algo::Nccl => "nccl",
-            Algo::OneShotPush => "one_shot_push",
-            Algo::OneShotPull => "one_shot_pull",
-            Algo::TwoShotPull => "two_shot_pull",
-            Algo::TwoShotPush => "two_shot_push",
+/// The algorithms: one line each, the only place an algorithm is named in the
+/// vocabulary. Its enum variant, name (in TOML files, command lines, logs,
+/// kernel file and entry-point names), kind, the collectives it implements
+/// and the capacity `kernels` gives it where a platform file declares none
+/// all come from its line. Adding an algorithm adds a line here, an entry to
+/// `kernels`' registry and its `.cu` file.
+macro_rules! algorithms {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident = $name:literal {
+            kind: $kind:ident,
+            collectives: [$($collective:ident),+],
+            capacity: $capacity:expr $(,)?
         }
-    }
+    ),+ $(,)?) => {
+        /// An implementation of a collective.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum Algo {
+            $( $(#[$doc])* $variant, )+
+        }
 
+        impl Algo {
+            pub const ALL: [Algo; [$($name),+].len()] = [$(Algo::$variant),+];
+
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Algo::$variant => $name,)+
+                }
+            }
+
+            /// The variant's identifier (`OneShotPush`), which generated code
+            /// names as `::policy::Algo::OneShotPush`.
+            pub const fn variant(self) -> &'static str {
+                match self {
+                    $(Algo::$variant => stringify!($variant),)+
+                }
+            }
+
+            pub const fn kind(self) -> AlgoKind {
+                match self {
+                    $(Algo::$variant => AlgoKind::$kind,)+
+                }
+            }
+
+            /// Whether this algorithm implements `collective`.
+            pub const fn implements(self, collective: Collective) -> bool {
+                match self {
+                    $(Algo::$variant => {
+                        $(if matches!(collective, Collective::$collective) {
+                            return true;
+                        })+
+                        false
+                    })+
+                }
+            }
+
+            /// Bytes of output `kernels` assumes it takes where a platform
+            /// file declares no capacity.
+            const fn built_in_capacity(self) -> u64 {
+                match self {
+                    $(Algo::$variant => $capacity,)+
+                }
+            }
+        }
+    };
+}
+
+const MIB: u64 = 1024 * 1024;
+
+algorithms! {
+    /// NCCL through cudarc: always available, the fallback for every decline.
+    Nccl = "nccl" {
+        kind: Library,
+        collectives: [AllReduce, AllGather],
+        capacity: u64::MAX,
+    },
+    /// Lamport-style: write into every peer's sentinel-armed buffer, no barrier.
+    OneShotPush = "one_shot_push" {
+        kind: Kernel,
+        collectives: [AllReduce, AllGather],
+        capacity: 8 * MIB,
+    },
+    /// Copy into a registered buffer, flag barrier, read every peer.
+    OneShotPull = "one_shot_pull" {
+        kind: Kernel,
+        collectives: [AllReduce, AllGather],
+        capacity: 16 * MIB,
+    },
+    /// Reduce-scatter then all-gather through registered buffers (all-reduce only).
+    TwoShotPull = "two_shot_pull" {
+        kind: Kernel,
+        collectives: [AllReduce],
+        capacity: 64 * MIB,
+    },
+    /// Reduce-scatter then all-gather by Lamport-style pushes into every peer's
+    /// sentinel-armed buffer, no barrier (all-reduce only; it shares the push
+    /// region with `one_shot_push`).
+    TwoShotPush = "two_shot_push" {
+        kind: Kernel,
+        collectives: [AllReduce],
+        capacity: 8 * MIB,
+    },
+}
+
+/// The algorithms that implement `collective`, in [`Algo::ALL`] order, and
+/// how many there are (the array's tail is padding).
+const fn implementing(collective: Collective) -> ([Algo; Algo::ALL.len()], usize) {
+    let mut out = [Algo::Nccl; Algo::ALL.len()];
+    let (mut i, mut n) = (0, 0);
+    while i < Algo::ALL.len() {
+        if Algo::ALL[i].implements(collective) {
+            out[n] = Algo::ALL[i];
+            n += 1;
+        }
+        i += 1;
+    }
+    (out, n)
+}
+
+static ALL_REDUCE_ALGOS: ([Algo; Algo::ALL.len()], usize) = implementing(Collective::AllReduce);
+static ALL_GATHER_ALGOS: ([Algo; Algo::ALL.len()], usize) = implementing(Collective::AllGather);
+
+impl Algo {
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|a| a.name() == name)
     }
 
     /// True for the kernels written in this project (everything but NCCL).
     pub const fn is_custom(self) -> bool {
-        !matches!(self, Algo::Nccl)
-    }
-
-    /// Whether this algorithm implements `collective`.
-    pub const fn implements(self, collective: Collective) -> bool {
-        !matches!(
-            (self, collective),
-            (Algo::TwoShotPull | Algo::TwoShotPush, Collective::AllGather)
-        )
+        matches!(self.kind(), AlgoKind::Kernel)
     }
 
     /// `const`-usable equality (derived `PartialEq` is not `const`).
@@ -279,39 +364,31 @@ impl Algo {
     }
 }
 
-/// The capacity `kernels` assumes for a custom algorithm on a platform whose file
-/// does not declare one (or that has no file at all).
-///
-/// - all-reduce: `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB, `two_shot_pull` 64 MiB,
-///   `two_shot_push` 8 MiB (it shares the push region with `one_shot_push`);
-/// - all-gather: `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB;
-/// - alignment 16 bytes for every custom algorithm (the kernels move 16-byte vectors);
-/// - `nccl` takes any size: `max_bytes = u64::MAX`, `align = 1`;
-/// - an algorithm that does not implement the collective takes nothing
-///   (`max_bytes = 0`), so `accepts` is false for every size.
+/// The capacity `kernels` assumes for an algorithm on a platform whose file
+/// does not declare one (or that has no file at all): the capacity of its
+/// line in [`Algo`]'s table (all-reduce: `one_shot_push` 8 MiB, `one_shot_pull`
+/// 16 MiB, `two_shot_pull` 64 MiB, `two_shot_push` 8 MiB; all-gather:
+/// `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB), aligned to 16 bytes (the
+/// kernels move 16-byte vectors). A library's collective takes any size
+/// (`max_bytes = u64::MAX`, `align = 1`); an algorithm that does not implement
+/// the collective takes nothing (`max_bytes = 0`), so `accepts` is false for
+/// every size.
 pub const fn default_capacity(collective: Collective, algo: Algo) -> Capacity {
-    const MIB: u64 = 1024 * 1024;
-    let max_bytes = match (collective, algo) {
-        (_, Algo::Nccl) => {
-            return Capacity {
-                max_bytes: u64::MAX,
-                align: 1,
-            };
-        }
-        (Collective::AllGather, Algo::TwoShotPull | Algo::TwoShotPush) => {
-            return Capacity {
-                max_bytes: 0,
-                align: 1,
-            };
-        }
-        (_, Algo::OneShotPush) => 8 * MIB,
-        (_, Algo::OneShotPull) => 16 * MIB,
-        (Collective::AllReduce, Algo::TwoShotPull) => 64 * MIB,
-        (Collective::AllReduce, Algo::TwoShotPush) => 8 * MIB,
-    };
-    Capacity {
-        max_bytes,
-        align: DEFAULT_ALIGN,
+    if !algo.implements(collective) {
+        return Capacity {
+            max_bytes: 0,
+            align: 1,
+        };
+    }
+    match algo.kind() {
+        AlgoKind::Library => Capacity {
+            max_bytes: u64::MAX,
+            align: 1,
+        },
+        AlgoKind::Kernel => Capacity {
+            max_bytes: algo.built_in_capacity(),
+            align: DEFAULT_ALIGN,
+        },
     }
 }
 
