@@ -1,0 +1,5 @@
+mod config;
+mod model;
+mod plan;
+mod weights;
+fn main() {}
