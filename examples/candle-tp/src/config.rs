@@ -129,13 +129,13 @@ impl Config {
         if world == 0 {
             return Err("the world size must be at least 1".into());
         }
-        if self.hidden % self.heads != 0 || self.head_dim() % 2 != 0 {
+        if !self.hidden.is_multiple_of(self.heads) || !self.head_dim().is_multiple_of(2) {
             return Err(format!(
                 "{}: hidden {} does not give an even head dimension over {} heads",
                 self.name, self.hidden, self.heads
             ));
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(format!(
                 "{}: {} query heads do not group over {} key/value heads",
                 self.name, self.heads, self.kv_heads
@@ -147,7 +147,7 @@ impl Config {
             ("intermediate size", self.intermediate),
             ("vocabulary", self.vocab),
         ] {
-            if n % world != 0 {
+            if !n.is_multiple_of(world) {
                 return Err(format!(
                     "{}: its {what} ({n}) do not split over {world} ranks",
                     self.name

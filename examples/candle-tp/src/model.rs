@@ -494,6 +494,118 @@ pub mod tests {
         assert_eq!(two[0].tokens, two[1].tokens);
     }
 
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("candle-tp-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn safetensors_weights_give_the_seeded_model() {
+        use crate::weights::Safetensors;
+        let cfg = Config::tiny();
+        let seeded = Seeded {
+            seed: 11,
+            threads: 2,
+        };
+        let whole = RankDims::new(&cfg, 0, 1).unwrap();
+        let mut specs = vec![
+            plan::embed_spec(&cfg),
+            plan::final_norm_spec(&cfg),
+            plan::lm_head_spec(&cfg, &whole),
+        ];
+        for l in 0..cfg.layers {
+            let s = plan::layer_specs(&cfg, &whole, l);
+            specs.extend([s.input_norm, s.o, s.post_norm, s.down]);
+            specs.extend(s.qkv);
+            specs.extend(s.gate_up);
+        }
+        let tensors: std::collections::HashMap<String, Tensor> = specs
+            .iter()
+            .map(|s| (s.name.clone(), seeded.load(s, DType::F32).unwrap()))
+            .collect();
+        let dir = temp_dir("safetensors");
+        candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
+
+        // A folder of files, as `transformers` saves them.
+        let file = Safetensors::open(std::slice::from_ref(&dir)).unwrap();
+        for world in [1, 2] {
+            for rank in 0..world {
+                let dims = RankDims::new(&cfg, rank, world).unwrap();
+                let l = plan::layer_specs(&cfg, &dims, 1);
+                for spec in [
+                    &l.qkv[2],
+                    &l.o,
+                    &l.input_norm,
+                    &plan::lm_head_spec(&cfg, &dims),
+                ] {
+                    let a = file.load(spec, DType::F32).unwrap();
+                    let b = seeded.load(spec, DType::F32).unwrap();
+                    assert_eq!(a.dims(), spec.local_shape().as_slice());
+                    let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+                    assert_eq!(d.to_scalar::<f32>().unwrap(), 0.0, "{}", spec.name);
+                }
+            }
+        }
+        let prompt = crate::weights::prompt_tokens(4, 6, cfg.vocab);
+        let from_file = RankModel::load(
+            &cfg,
+            whole,
+            &file,
+            DType::F32,
+            &Device::Cpu,
+            10,
+            &mut |_| {},
+        )
+        .unwrap();
+        let comm = LocalCopy { rank: 0, world: 1 };
+        let a = decode(&from_file, &comm, &prompt, 3);
+        let b = decode(&cpu_model(&cfg, 0, 1, DType::F32, 10), &comm, &prompt, 3);
+        assert_eq!(a.tokens, b.tokens);
+        assert_eq!(a.first_step_logits, b.first_step_logits);
+
+        // Files of another model are refused by name and shape.
+        let small = Config {
+            hidden: 128,
+            ..cfg.clone()
+        };
+        let err = RankModel::load(
+            &small,
+            RankDims::new(&small, 0, 1).unwrap(),
+            &file,
+            DType::F32,
+            &Device::Cpu,
+            10,
+            &mut |_| {},
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            err.contains("has shape [1024, 256], the model needs [1024, 128]"),
+            "{err}"
+        );
+        let tied = Config::llama_3_2_1b();
+        let dims = RankDims::new(&tied, 0, 2).unwrap();
+        let err = file
+            .load(&plan::layer_specs(&tied, &dims, 15).qkv[0], DType::F32)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("model.layers.15.self_attn.q_proj.weight"),
+            "{err}"
+        );
+        assert!(Safetensors::open(&[dir.join("nothing")]).is_err());
+        let empty = temp_dir("empty");
+        let err = Safetensors::open(std::slice::from_ref(&empty))
+            .err()
+            .unwrap();
+        assert!(err.contains("no *.safetensors"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+        std::fs::remove_dir_all(empty).unwrap();
+    }
+
     #[test]
     fn the_cache_masks_positions_not_yet_written() {
         // Decoding token by token must give what a prefill of the same tokens
