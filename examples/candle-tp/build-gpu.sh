@@ -5,6 +5,9 @@
 # examples/candle-tp/gpu-run.sh runs it there.
 #
 #   examples/candle-tp/build-gpu.sh        # or: scripts/gpu-build.sh candle
+#   examples/candle-tp/build-gpu.sh --check
+#       # CI: only `cargo clippy --release -D warnings` with candle's CUDA
+#       # backend (kernels and candle built together; no link)
 #
 # 1. nvcc from pinned PyPI wheels (candle-kernels compiles its CUDA sources
 #    with it): CUDA 13.0.88, with nvvm and crt pinned to 13.0 too (a newer
@@ -32,6 +35,10 @@ export PATH="$wheels/nvidia/cu13/bin:$PATH"
 export CUDA_ROOT="$wheels/nvidia/cu13"
 # Hopper (H100, H200): candle's PTX is built for it, and its static kernels.
 export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
+
+if [ "${1:-}" = "--check" ]; then
+  exec cargo clippy --release --locked --all-targets -- -D warnings
+fi
 
 stubs="$repo/.cache/cuda-stubs"
 # soname, and the symbols that belong to it (by prefix, in this order).
