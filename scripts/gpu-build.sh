@@ -13,8 +13,14 @@
 #                                   gpu_devices, gpu_processes)
 #   .carry/bin/multiprocess         the one-process-per-rank example (gpu_processes drives it)
 #   .carry/bin/tuner                the tuner: `tuner bench`, and the sweep + verify + re-fit
+#
+#   scripts/gpu-build.sh candle     # instead: the candle engine example
+#                                   # (examples/candle-tp/build-gpu.sh, into .carry/candle/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "candle" ]; then
+  exec examples/candle-tp/build-gpu.sh
+fi
 
 out=.carry/bin
 rm -rf "$out"

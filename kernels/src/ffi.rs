@@ -10,10 +10,41 @@ use crate::error::{DriverContext, Error, Result};
 
 const CUDA_LIB_FIX: &str = "set LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH";
 
+/// Whether each library can be used. Loaded at run time (the default
+/// `dynamic-loading` feature), it is looked for; linked (an engine that turned
+/// the feature off, as one on candle does), the dynamic loader found it before
+/// the program started.
+#[cfg(feature = "dynamic-loading")]
+mod presence {
+    pub fn driver() -> bool {
+        // SAFETY: only tries to dlopen the library; no symbol is called.
+        unsafe { cudarc::driver::sys::is_culib_present() }
+    }
+    pub fn nvrtc() -> bool {
+        // SAFETY: as above.
+        unsafe { cudarc::nvrtc::sys::is_culib_present() }
+    }
+    pub fn nccl() -> bool {
+        // SAFETY: as above.
+        unsafe { cudarc::nccl::sys::is_culib_present() }
+    }
+}
+#[cfg(not(feature = "dynamic-loading"))]
+mod presence {
+    pub fn driver() -> bool {
+        true
+    }
+    pub fn nvrtc() -> bool {
+        true
+    }
+    pub fn nccl() -> bool {
+        true
+    }
+}
+
 /// The CUDA driver (`libcuda.so`), needed for everything that touches a GPU.
 pub fn require_driver() -> Result<()> {
-    // SAFETY: only tries to dlopen the library; no symbol is called.
-    if unsafe { sys::is_culib_present() } {
+    if presence::driver() {
         Ok(())
     } else {
         Err(Error::MissingLibrary {
@@ -28,8 +59,7 @@ pub fn require_driver() -> Result<()> {
 
 /// NVRTC (`libnvrtc.so.13`), needed to compile the kernels.
 pub fn require_nvrtc() -> Result<()> {
-    // SAFETY: only tries to dlopen the library.
-    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+    if presence::nvrtc() {
         Ok(())
     } else {
         Err(Error::MissingLibrary {
@@ -44,8 +74,7 @@ pub fn require_nvrtc() -> Result<()> {
 
 /// NCCL (`libnccl.so.2`), needed by worlds that run NCCL.
 pub fn require_nccl() -> Result<()> {
-    // SAFETY: only tries to dlopen the library.
-    if unsafe { cudarc::nccl::sys::is_culib_present() } {
+    if presence::nccl() {
         Ok(())
     } else {
         Err(Error::MissingLibrary {
@@ -59,8 +88,7 @@ pub fn require_nccl() -> Result<()> {
 
 /// Whether NCCL can be loaded, for reporting.
 pub fn nccl_present() -> bool {
-    // SAFETY: only tries to dlopen the library.
-    unsafe { cudarc::nccl::sys::is_culib_present() }
+    presence::nccl()
 }
 
 /// `cuMemAlloc`: a plain allocation (not stream-ordered), as CUDA IPC needs.

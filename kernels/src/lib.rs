@@ -92,6 +92,11 @@ mod selection;
 mod vocab;
 
 pub use comm::{Captured, Fallback, Join, Lifeline, Options, ProcessSpec, RankComm, Select, World};
+/// The cudarc this crate was built with (0.19), so that an engine names the
+/// same `CudaStream`, `CudaView` and NCCL types that [`RankComm`] takes. Which
+/// loading mode and CUDA and NCCL versions it binds is the final binary's
+/// choice: see this crate's features and the README's engine section.
+pub use cudarc;
 pub use element::Element;
 pub use error::{Error, Result};
 pub use nccl::NcclId;

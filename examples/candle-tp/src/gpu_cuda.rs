@@ -1,0 +1,648 @@
+//! The worker: one rank on one GPU, on candle's CUDA backend.
+//!
+//! Every tensor, every collective and every capture is on the one stream of
+//! candle's device (`Device::new_cuda_with_stream`): NCCL's communicator and
+//! colltune's `RankComm` are built on it, so their launches sit between
+//! candle's kernels exactly as in an engine. cudarc's event tracking is off
+//! (one stream orders everything; a capture cannot wait on events recorded
+//! outside it).
+//!
+//! A decode step reads its token and position from a small device buffer
+//! written before each step, and writes its logits and next token into
+//! buffers allocated before any capture (a tensor allocated inside a capture
+//! belongs to the graph and cannot be read after it). In graph mode that step
+//! is captured once on candle's stream, with the communicator's launches
+//! inside, and replayed for every token.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::{
+    CpuStorage, CudaStorage, CustomOp1, DType, Device, InplaceOp1, Layout, Shape, Tensor,
+};
+use half::bf16;
+use kernels::cudarc;
+use kernels::cudarc::driver::{CudaGraph, CudaSlice, CudaStream, CudaView, sys};
+use kernels::cudarc::nccl::safe::{Comm, Id, ReduceOp};
+use kernels::{Join, NcclId, Options, ProcessSpec, RankComm, Select, World};
+use policy::Mode;
+
+use crate::cli::{JoinArg, WorkerArgs};
+use crate::model::{Collectives, LocalCopy, RankModel, greedy};
+use crate::plan::RankDims;
+use crate::report::{LogitDiff, RankReport, RunRecord};
+use crate::weights::{Safetensors, Seeded, WeightSource, prompt_tokens};
+
+pub fn device_count() -> Result<usize, String> {
+    cudarc::driver::result::init().map_err(|e| format!("cannot initialise CUDA (cuInit): {e}"))?;
+    let n = cudarc::driver::result::device::get_count()
+        .map_err(|e| format!("cannot count the GPUs: {e}"))?;
+    if n <= 0 {
+        return Err("no CUDA GPU is visible".into());
+    }
+    Ok(n as usize)
+}
+
+/// A fresh NCCL unique id for the `nccl` back-end, hex.
+pub fn nccl_unique_id() -> Result<String, String> {
+    let id = Id::new().map_err(|e| format!("ncclGetUniqueId: {e:?}"))?;
+    Ok(NcclId::from_c_chars(id.internal()).to_hex())
+}
+
+/// A fresh NCCL unique id for colltune's communicator, hex.
+pub fn colltune_unique_id() -> Result<String, String> {
+    NcclId::new()
+        .map(|id| id.to_hex())
+        .map_err(|e| format!("colltune's NCCL id: {e}"))
+}
+
+fn cerr(e: impl std::fmt::Display) -> candle_core::Error {
+    candle_core::Error::Msg(e.to_string())
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    AllReduce,
+    AllGather,
+}
+
+type RunFn<'a> = &'a dyn Fn(Kind, &CudaView<'_, bf16>, &mut CudaSlice<bf16>) -> Result<(), String>;
+
+/// A collective as a candle op: reads the (contiguous, bf16) input's device
+/// memory, allocates the output on the same stream and lets `run` fill it.
+struct CommOp<'a> {
+    kind: Kind,
+    world: usize,
+    run: RunFn<'a>,
+}
+
+impl CustomOp1 for CommOp<'_> {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            Kind::AllReduce => "all-reduce",
+            Kind::AllGather => "all-gather",
+        }
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("{} runs on CUDA tensors only", self.name())
+    }
+
+    fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        let Some((start, end)) = l.contiguous_offsets() else {
+            candle_core::bail!("{} needs a contiguous tensor", self.name());
+        };
+        let src = s.as_cuda_slice::<bf16>()?.slice(start..end);
+        let n = end - start;
+        let (out_len, shape) = match self.kind {
+            Kind::AllReduce => (n, l.shape().clone()),
+            Kind::AllGather => (self.world * n, Shape::from((1, self.world * n))),
+        };
+        let dev = s.device.clone();
+        // SAFETY: every element is written by the collective before it is read.
+        let mut dst = unsafe { dev.alloc::<bf16>(out_len)? };
+        (self.run)(self.kind, &src, &mut dst).map_err(cerr)?;
+        Ok((CudaStorage::wrap_cuda_slice(dst, dev), shape))
+    }
+}
+
+/// cudarc's NCCL, called directly (as candle's own multi-process example does).
+struct NcclBackend {
+    comm: Comm,
+    world: usize,
+}
+
+impl NcclBackend {
+    fn run(&self, kind: Kind, x: &Tensor) -> candle_core::Result<Tensor> {
+        let run = |kind: Kind, src: &CudaView<'_, bf16>, dst: &mut CudaSlice<bf16>| {
+            match kind {
+                Kind::AllReduce => self.comm.all_reduce(src, dst, &ReduceOp::Sum),
+                Kind::AllGather => self.comm.all_gather(src, dst),
+            }
+            .map(|_| ())
+            .map_err(|e| format!("NCCL: {e:?}"))
+        };
+        x.apply_op1_no_bwd(&CommOp {
+            kind,
+            world: self.world,
+            run: &run,
+        })
+    }
+}
+
+impl Collectives for NcclBackend {
+    fn all_reduce(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.run(Kind::AllReduce, &x.contiguous()?)
+    }
+    fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.run(Kind::AllGather, &x.contiguous()?)
+    }
+}
+
+/// colltune: `kernels::RankComm`, every call chosen by `policy` for the mode
+/// it is issued in (graph while capturing, eager otherwise).
+struct ColltuneBackend {
+    rank: RefCell<RankComm>,
+    mode: Cell<Mode>,
+    ran: RefCell<BTreeSet<String>>,
+    world: usize,
+}
+
+impl ColltuneBackend {
+    fn run(&self, kind: Kind, x: &Tensor) -> candle_core::Result<Tensor> {
+        let run = |kind: Kind, src: &CudaView<'_, bf16>, dst: &mut CudaSlice<bf16>| {
+            let how = Select::Policy(self.mode.get());
+            let mut rank = self.rank.borrow_mut();
+            let mut out = dst.slice_mut(..);
+            let algo = match kind {
+                Kind::AllReduce => rank.all_reduce(src, &mut out, how),
+                Kind::AllGather => rank.all_gather(src, &mut out, how),
+            }
+            .map_err(|e| format!("colltune: {e}"))?;
+            let what = if kind == Kind::AllReduce {
+                "all_reduce"
+            } else {
+                "all_gather"
+            };
+            self.ran
+                .borrow_mut()
+                .insert(format!("{what}:{}", algo.name()));
+            Ok(())
+        };
+        x.apply_op1_no_bwd(&CommOp {
+            kind,
+            world: self.world,
+            run: &run,
+        })
+    }
+}
+
+impl Collectives for ColltuneBackend {
+    fn all_reduce(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.run(Kind::AllReduce, &x.contiguous()?)
+    }
+    fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.run(Kind::AllGather, &x.contiguous()?)
+    }
+}
+
+enum Backend {
+    None(LocalCopy),
+    Nccl(NcclBackend),
+    Colltune(Box<ColltuneBackend>),
+}
+
+impl Backend {
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::None(_) => "none",
+            Backend::Nccl(_) => "nccl",
+            Backend::Colltune(_) => "colltune",
+        }
+    }
+
+    fn comm(&self) -> &dyn Collectives {
+        match self {
+            Backend::None(c) => c,
+            Backend::Nccl(c) => c,
+            Backend::Colltune(c) => c.as_ref(),
+        }
+    }
+
+    fn set_mode(&self, mode: Mode) {
+        if let Backend::Colltune(c) = self {
+            c.mode.set(mode);
+        }
+    }
+
+    fn take_algorithms(&self) -> Vec<String> {
+        match self {
+            Backend::Colltune(c) => std::mem::take(&mut *c.ran.borrow_mut())
+                .into_iter()
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Waits for this back-end's work and surfaces a fault a peer caused.
+    fn check(&self, stream: &CudaStream) -> Result<(), String> {
+        match self {
+            Backend::Colltune(c) => c
+                .rank
+                .borrow()
+                .check()
+                .map_err(|e| format!("colltune: {e}")),
+            _ => stream
+                .synchronize()
+                .map_err(|e| format!("{}: the stream failed: {e}", self.name())),
+        }
+    }
+}
+
+/// Writes host values into a u32 tensor's device memory, on candle's stream.
+struct Upload<'a>(&'a [u32]);
+
+impl InplaceOp1 for Upload<'_> {
+    fn name(&self) -> &'static str {
+        "upload"
+    }
+
+    fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout) -> candle_core::Result<()> {
+        candle_core::bail!("upload writes CUDA tensors only")
+    }
+
+    fn cuda_fwd(&self, s: &mut CudaStorage, l: &Layout) -> candle_core::Result<()> {
+        let Some((start, end)) = l.contiguous_offsets() else {
+            candle_core::bail!("upload needs a contiguous tensor");
+        };
+        if end - start != self.0.len() {
+            candle_core::bail!("upload of {} values into {}", self.0.len(), end - start);
+        }
+        let stream = s.device.cuda_stream();
+        let slice = s.as_cuda_slice_mut::<u32>()?;
+        // Through the stream itself: candle's own upload caches small host
+        // arrays by content (for captures), which would keep every step's.
+        stream
+            .memcpy_htod(self.0, &mut slice.slice_mut(start..end))
+            .map_err(cerr)
+    }
+}
+
+/// Buffers a decode step reads and writes, allocated before any capture.
+struct Statics {
+    /// `[token, position]`.
+    inputs: Tensor,
+    next: Tensor,
+    logits: Tensor,
+}
+
+impl Statics {
+    fn new(model: &RankModel) -> candle_core::Result<Statics> {
+        let dev = &model.device;
+        Ok(Statics {
+            inputs: Tensor::zeros(2, DType::U32, dev)?,
+            next: Tensor::zeros(1, DType::U32, dev)?,
+            logits: Tensor::zeros((1, model.cfg.vocab), model.dtype, dev)?,
+        })
+    }
+
+    fn set(&self, token: u32, position: usize) -> candle_core::Result<()> {
+        self.inputs.inplace_op1(&Upload(&[token, position as u32]))
+    }
+
+    fn next_token(&self) -> candle_core::Result<u32> {
+        Ok(self.next.to_vec1::<u32>()?[0])
+    }
+}
+
+/// One decode step from the static inputs into the static outputs.
+fn decode_step(
+    model: &RankModel,
+    cache: &crate::model::KvCache,
+    s: &Statics,
+    comm: &dyn Collectives,
+) -> candle_core::Result<()> {
+    let token = s.inputs.narrow(0, 0, 1)?;
+    let position = s.inputs.narrow(0, 1, 1)?;
+    let logits = model.forward(&token, &position, cache, comm)?;
+    s.logits.slice_set(&logits, 1, 0)?;
+    s.next.slice_set(&greedy(&logits)?, 0, 0)?;
+    Ok(())
+}
+
+fn capture(
+    stream: &Arc<CudaStream>,
+    issue: impl FnOnce() -> candle_core::Result<()>,
+) -> Result<CudaGraph, String> {
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(|e| format!("cuStreamBeginCapture: {e}"))?;
+    let issued = issue();
+    // End the capture even when issuing failed, so the stream stays usable.
+    let ended = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+    issued.map_err(|e| format!("issuing the decode step into the capture: {e}"))?;
+    ended
+        .map_err(|e| format!("ending the capture / instantiating the graph: {e}"))?
+        .ok_or_else(|| "the capture recorded no work".to_string())
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+struct Outcome {
+    record: RunRecord,
+    first_step_logits: Vec<f32>,
+}
+
+struct Bench<'a> {
+    model: &'a RankModel,
+    stream: Arc<CudaStream>,
+    cuda: candle_core::CudaDevice,
+    prompt: Vec<u32>,
+    decode: usize,
+    warmup: usize,
+    chatty: bool,
+}
+
+impl Bench<'_> {
+    fn prefill(
+        &self,
+        cache: &crate::model::KvCache,
+        comm: &dyn Collectives,
+        tokens: &Tensor,
+        positions: &Tensor,
+    ) -> candle_core::Result<u32> {
+        let logits = self.model.forward(tokens, positions, cache, comm)?;
+        Ok(greedy(&logits)?.to_vec1::<u32>()?[0])
+    }
+
+    fn run(&self, backend: &Backend, mode: &str) -> Result<Outcome, String> {
+        let what = format!("{} {mode}", backend.name());
+        let e = |err: candle_core::Error| format!("{what}: {err}");
+        let model = self.model;
+        let comm = backend.comm();
+        let dev = &model.device;
+        // candle uploads small kernel parameters (shapes, strides); with this
+        // cache they are uploaded once and a capture finds them on the device.
+        let _param_cache = self.cuda.enable_cuda_graph_htod_cache();
+        let cache = model.new_cache().map_err(e)?;
+        let statics = Statics::new(model).map_err(e)?;
+        let positions: Vec<u32> = (0..self.prompt.len() as u32).collect();
+        let prompt = Tensor::new(self.prompt.as_slice(), dev).map_err(e)?;
+        let positions = Tensor::new(positions.as_slice(), dev).map_err(e)?;
+        let p = self.prompt.len();
+
+        backend.set_mode(Mode::Eager);
+        let started = Instant::now();
+        let mut token = self.prefill(&cache, comm, &prompt, &positions).map_err(e)?;
+        for i in 0..self.warmup.max(1) {
+            statics.set(token, p + i).map_err(e)?;
+            decode_step(model, &cache, &statics, comm).map_err(e)?;
+            token = statics.next_token().map_err(e)?;
+        }
+        backend.check(&self.stream)?;
+        if self.chatty {
+            println!("{what}: warmed up in {:.0} ms", ms(started));
+        }
+        let graph = if mode == "graph" {
+            let t = Instant::now();
+            backend.set_mode(Mode::Graph);
+            let g = capture(&self.stream, || decode_step(model, &cache, &statics, comm));
+            backend.set_mode(Mode::Eager);
+            let g = g.map_err(|err| format!("{what}: {err}"))?;
+            g.upload()
+                .map_err(|err| format!("{what}: uploading the graph: {err}"))?;
+            if self.chatty {
+                println!("{what}: captured one decode step in {:.1} ms", ms(t));
+            }
+            Some(g)
+        } else {
+            None
+        };
+        backend.take_algorithms();
+
+        let t = Instant::now();
+        let mut token = self.prefill(&cache, comm, &prompt, &positions).map_err(e)?;
+        let prefill_ms = ms(t);
+        let mut tokens = vec![token];
+        let mut step_ms = Vec::with_capacity(self.decode);
+        let mut first = Vec::new();
+        for i in 0..self.decode {
+            let t = Instant::now();
+            statics.set(token, p + i).map_err(e)?;
+            match &graph {
+                Some(g) => g
+                    .launch()
+                    .map_err(|err| format!("{what}: replaying the graph: {err}"))?,
+                None => decode_step(model, &cache, &statics, comm).map_err(e)?,
+            }
+            token = statics.next_token().map_err(e)?;
+            step_ms.push(ms(t));
+            if i == 0 {
+                first = statics
+                    .logits
+                    .to_dtype(DType::F32)
+                    .and_then(|l| l.flatten_all())
+                    .and_then(|l| l.to_vec1::<f32>())
+                    .map_err(e)?;
+            }
+            tokens.push(token);
+        }
+        backend.check(&self.stream)?;
+        drop(graph);
+        let mut sorted = step_ms.clone();
+        sorted.sort_by(f64::total_cmp);
+        if self.chatty {
+            println!(
+                "{what}: prefill {prefill_ms:.2} ms, TPOT median {:.3} ms over {} steps",
+                crate::report::percentile(&sorted, 50.0),
+                step_ms.len()
+            );
+        }
+        Ok(Outcome {
+            record: RunRecord {
+                backend: backend.name().into(),
+                mode: mode.into(),
+                prefill_ms,
+                step_ms,
+                tokens,
+                algorithms: backend.take_algorithms(),
+                logits: None,
+            },
+            first_step_logits: first,
+        })
+    }
+}
+
+fn weight_source(w: &WorkerArgs) -> Result<Box<dyn WeightSource>, String> {
+    if w.run.weights.is_empty() {
+        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+        Ok(Box::new(Seeded {
+            seed: w.run.seed,
+            threads: (cores / w.run.world).max(1),
+        }))
+    } else {
+        Ok(Box::new(Safetensors::open(&w.run.weights)?))
+    }
+}
+
+fn load_model(
+    w: &WorkerArgs,
+    source: &dyn WeightSource,
+    dims: RankDims,
+    device: &Device,
+    max_positions: usize,
+) -> Result<RankModel, String> {
+    let cfg = w.run.config()?;
+    let t = Instant::now();
+    let layers = cfg.layers;
+    let mut progress = |l: usize| {
+        if w.rank == 0 && (l + 1).is_multiple_of((layers / 4).max(1)) {
+            println!("  layer {}/{layers} loaded", l + 1);
+        }
+    };
+    let model = RankModel::load(
+        &cfg,
+        dims,
+        source,
+        DType::BF16,
+        device,
+        max_positions,
+        &mut progress,
+    )
+    .map_err(|e| format!("loading the model: {e}"))?;
+    println!(
+        "rank {}/{}: {} of {} loaded in {:.1} s ({})",
+        dims.rank,
+        dims.world,
+        if dims.world == 1 { "all" } else { "its part" },
+        cfg.name,
+        t.elapsed().as_secs_f64(),
+        source.describe()
+    );
+    Ok(model)
+}
+
+pub fn worker(w: &WorkerArgs) -> Result<(), String> {
+    let cfg = w.run.validate()?;
+    let (rank, world) = (w.rank, w.run.world);
+    let dims = RankDims::new(&cfg, rank, world)?;
+    let device = Device::new_cuda_with_stream(w.gpu)
+        .map_err(|e| format!("cannot open GPU {}: {e}", w.gpu))?;
+    let cuda = device.as_cuda_device().map_err(|e| e.to_string())?.clone();
+    // SAFETY: this rank issues everything on the one stream of `device`, so
+    // stream order alone orders every use; no tensor exists yet.
+    unsafe { cuda.disable_event_tracking() };
+    let stream = cuda.cuda_stream();
+    let gpu_name = stream
+        .context()
+        .name()
+        .unwrap_or_else(|_| "unknown GPU".into());
+    println!("rank {rank}/{world}: GPU {} ({gpu_name})", w.gpu);
+
+    // The communicators, in the same order on every rank (each is collective).
+    let mut backends = Vec::new();
+    for name in &w.run.backends {
+        let t = Instant::now();
+        let b = match name.as_str() {
+            "none" => Backend::None(LocalCopy { rank, world }),
+            "nccl" => {
+                let hex = w
+                    .nccl_id
+                    .as_deref()
+                    .ok_or("the nccl back-end needs --nccl-id")?;
+                let id = NcclId::from_hex(hex).map_err(|e| format!("--nccl-id: {e}"))?;
+                let id = Id::uninit(id.0.map(|b| b as std::ffi::c_char));
+                let comm = Comm::from_rank(stream.clone(), rank, world, id)
+                    .map_err(|e| format!("NCCL communicator (ncclCommInitRank): {e:?}"))?;
+                Backend::Nccl(NcclBackend { comm, world })
+            }
+            "colltune" => {
+                let join = match w
+                    .colltune_join
+                    .as_ref()
+                    .ok_or("colltune needs --colltune-join")?
+                {
+                    JoinArg::Nccl(hex) => Join::Nccl(
+                        NcclId::from_hex(hex).map_err(|e| format!("--colltune-join: {e}"))?,
+                    ),
+                    JoinArg::Files(dir) => Join::Files(dir.clone()),
+                };
+                let spec = ProcessSpec::new(rank, world, join).with_dtype(policy::DType::Bf16);
+                let comm = World::process(stream.clone(), spec, Options::default())
+                    .map_err(|e| format!("colltune communicator (World::process): {e}"))?;
+                println!(
+                    "rank {rank}: colltune on {} over {:?}, fallback {}",
+                    comm.arch(),
+                    comm.link(),
+                    comm.fallback_kind().describe()
+                );
+                Backend::Colltune(Box::new(ColltuneBackend {
+                    rank: RefCell::new(comm),
+                    mode: Cell::new(Mode::Eager),
+                    ran: RefCell::new(BTreeSet::new()),
+                    world,
+                }))
+            }
+            other => return Err(format!("unknown back-end `{other}`")),
+        };
+        if name != "none" {
+            println!(
+                "rank {rank}: {name} communicator ready in {:.2} s",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        backends.push(b);
+    }
+
+    let source = weight_source(w)?;
+    let max_positions = w.run.prompt + w.run.warmup.max(1).max(w.run.decode) + 1;
+    let model = load_model(w, source.as_ref(), dims, &device, max_positions)?;
+    let prompt = prompt_tokens(w.run.seed, w.run.prompt, cfg.vocab);
+    let bench = Bench {
+        model: &model,
+        stream: stream.clone(),
+        cuda: cuda.clone(),
+        prompt: prompt.clone(),
+        decode: w.run.decode,
+        warmup: w.run.warmup,
+        chatty: rank == 0,
+    };
+    let mut outcomes = Vec::new();
+    for mode in &w.run.modes {
+        for b in &backends {
+            outcomes.push(bench.run(b, mode)?);
+        }
+    }
+    println!("rank {rank}: all runs done");
+    // Every rank leaves its communicators together (colltune's say goodbye).
+    drop(bench);
+    drop(backends);
+
+    let mut reference_tokens = None;
+    if rank == 0 && !w.run.no_reference {
+        let whole = if world == 1 {
+            model
+        } else {
+            drop(model);
+            println!("rank 0: loading the one-rank reference model");
+            let dims = RankDims::new(&cfg, 0, 1)?;
+            load_model(w, source.as_ref(), dims, &device, max_positions)?
+        };
+        let bench = Bench {
+            model: &whole,
+            stream: stream.clone(),
+            cuda: cuda.clone(),
+            prompt,
+            decode: w.run.decode,
+            warmup: 1,
+            chatty: false,
+        };
+        let reference = bench.run(&Backend::None(LocalCopy { rank: 0, world: 1 }), "eager")?;
+        for o in &mut outcomes {
+            o.record.logits = Some(LogitDiff::between(
+                &o.first_step_logits,
+                &reference.first_step_logits,
+            )?);
+        }
+        println!("rank 0: reference run done");
+        reference_tokens = Some(reference.record.tokens);
+    }
+
+    let report = RankReport {
+        rank,
+        world,
+        model: cfg.name.into(),
+        gpu: gpu_name,
+        weights: source.describe(),
+        runs: outcomes.into_iter().map(|o| o.record).collect(),
+        reference_tokens,
+    };
+    let text = serde_json::to_string(&report).map_err(|e| e.to_string())?;
+    std::fs::write(&w.report, text)
+        .map_err(|e| format!("cannot write the report {}: {e}", w.report.display()))?;
+    Ok(())
+}
