@@ -1,5 +1,5 @@
 // The primitives every algorithm is written with (the algorithms are in
-// push.cu, pull.cu and two_shot.cu):
+// one_shot_push.cu, one_shot_pull.cu and two_shot_pull.cu):
 // - world-size specialisation and the per-thread unroll;
 // - the call state a kernel reads from its rank's control block, and the
 //   end-of-call hand-over of the counters;

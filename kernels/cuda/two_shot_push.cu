@@ -1,5 +1,5 @@
 // two_shot_push: all-reduce as a reduce-scatter then an all-gather, both moved
-// as Lamport data (push.cu) through the push region and its three-buffer
+// as Lamport data (one_shot_push.cu) through the push region and its three-buffer
 // rotation, with no barrier at all: every pack is its own arrival signal, so a
 // pack is reduced as soon as its copies have landed and sent on at once, and the
 // gather copy overlaps the transfers instead of trailing a barrier.
@@ -15,7 +15,7 @@
 //   1. scatter: for every peer s, pack j of input shard s, sentinel words
 //      replaced by 0, into slot `rank` of rank s's buffer k%3;
 //   2. re-arms its own buffer (k+2)%3 as far as the previous push-family call
-//      used it (why nobody writes there meanwhile: see push.cu);
+//      used it (why nobody writes there meanwhile: see one_shot_push.cu);
 //   3. reduce: pack j of shard `rank` from every rank (its own from its input,
 //      the others polled from its buffer) in rank order; the sum, sentinel words
 //      replaced by 0, goes to the output and into slot `rank` of every peer;
@@ -100,7 +100,7 @@ __device__ __forceinline__ void two_shot_push_all_reduce(const CollArgs& a) {
     // small messages give them none.)
     if (lamport_handshake_peer<W>(a) != CT_NO_PEER) handshake_send(a, lamport_handshake_peer<W>(a), state.calls);
 
-    // 2. Re-arm the previous push-family call's buffer (see push.cu for why it
+    // 2. Re-arm the previous push-family call's buffer (see one_shot_push.cu for why it
     //    is quiet).
     const u64 used_packs = (u64)state.used_bytes(rearm) / 16u;
     char* stale = (char*)a.push_bufs[rank] + (u64)rearm * buffer_bytes;
@@ -109,7 +109,7 @@ __device__ __forceinline__ void two_shot_push_all_reduce(const CollArgs& a) {
         if ((u32)p < world && (u32)p != rank) lamport_rearm(stale + (u64)p * a.slot_bytes, used_packs, first, stride);
 
     // 3. Reduce shard `rank` as its copies land; send the sum to every peer.
-    // The peer's call is checked before any wait for data (see push.cu).
+    // The peer's call is checked before any wait for data (see one_shot_push.cu).
     bool ok = true;
     const u32 shake = lamport_handshake_peer<W>(a);
     if (shake != CT_NO_PEER) ok = handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));

@@ -15,18 +15,12 @@ use cudarc::nvrtc::{Ptx, result as nvrtc, sys as nvrtc_sys};
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
 use crate::protocol::cuda_prelude;
-use crate::protocol::registry::KernelFamily;
+use crate::protocol::registry::Kernel;
 use crate::vocab::{Arch, Collective, DType};
 
-/// The kernel sources, in compilation order (embedded in the binary).
-const SOURCES: [(&str, &str); 6] = [
-    ("common.cu", include_str!("../cuda/common.cu")),
-    ("prims.cu", include_str!("../cuda/prims.cu")),
-    ("push.cu", include_str!("../cuda/push.cu")),
-    ("pull.cu", include_str!("../cuda/pull.cu")),
-    ("two_shot.cu", include_str!("../cuda/two_shot.cu")),
-    ("two_shot_push.cu", include_str!("../cuda/two_shot_push.cu")),
-];
+// `SOURCES`: every `cuda/*.cu`, listed by build.rs (common.cu and prims.cu
+// first).
+include!(concat!(env!("OUT_DIR"), "/cuda_sources.rs"));
 
 /// Options every compile uses: IEEE behaviour (no flush to zero, no fused
 /// multiply-add, exact division), so subnormals and signed zeros survive; and
@@ -137,27 +131,27 @@ fn source_with(world_spec: u32, experiments: &[(String, String)]) -> String {
     source
 }
 
-/// The entry point of `family` for `collective` on `dtype`, or `None` when the
-/// family has no kernel for the collective (two-shot all-gather). All-gather
-/// moves bits, so it has one entry per family.
-pub fn entry_name(family: KernelFamily, collective: Collective, dtype: DType) -> Option<String> {
-    if !family.serves(collective) {
+/// The entry point of `kernel` for `collective` on `dtype`, or `None` when the
+/// kernel has none for the collective (two-shot all-gather). All-gather
+/// moves bits, so it has one entry per kernel.
+pub fn entry_name(kernel: Kernel, collective: Collective, dtype: DType) -> Option<String> {
+    if !kernel.serves(collective) {
         return None;
     }
-    let prefix = family.entry_prefix();
+    let name = kernel.name();
     Some(match collective {
-        Collective::AllReduce => format!("colltune_{prefix}_all_reduce_{}", dtype.name()),
-        Collective::AllGather => format!("colltune_{prefix}_all_gather"),
+        Collective::AllReduce => format!("colltune_{name}_all_reduce_{}", dtype.name()),
+        Collective::AllGather => format!("colltune_{name}_all_gather"),
     })
 }
 
 /// Every entry point the sources must define.
 pub fn entry_names() -> Vec<String> {
     let mut names = Vec::new();
-    for family in KernelFamily::ALL {
+    for kernel in Kernel::all() {
         for collective in Collective::ALL {
             for dtype in DType::ALL {
-                if let Some(name) = entry_name(family, collective, dtype)
+                if let Some(name) = entry_name(kernel, collective, dtype)
                     && !names.contains(&name)
                 {
                     names.push(name);
@@ -386,14 +380,14 @@ impl KernelSet {
         self.world_spec == world_specialisation(world)
     }
 
-    /// The function for `family`/`collective`/`dtype`.
+    /// The function for `kernel`/`collective`/`dtype`.
     pub fn function(
         &self,
-        family: KernelFamily,
+        kernel: Kernel,
         collective: Collective,
         dtype: DType,
     ) -> Option<&CudaFunction> {
-        entry_name(family, collective, dtype).and_then(|name| self.functions.get(&name))
+        entry_name(kernel, collective, dtype).and_then(|name| self.functions.get(&name))
     }
 }
 
@@ -402,14 +396,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn there_are_eighteen_entry_points() {
+    fn entry_points_spell_the_schemas_names() {
         let names = entry_names();
-        assert_eq!(names.len(), 18, "{names:?}");
-        assert!(names.contains(&"colltune_two_shot_all_reduce_bf16".to_string()));
+        // Per kernel: three all-reduces, and an all-gather where it gathers.
+        let expected: usize = Kernel::all()
+            .map(|k| 3 + k.serves(Collective::AllGather) as usize)
+            .sum();
+        assert_eq!(names.len(), expected, "{names:?}");
+        assert!(names.contains(&"colltune_two_shot_pull_all_reduce_bf16".to_string()));
+        assert!(names.contains(&"colltune_one_shot_pull_all_gather".to_string()));
         assert!(names.contains(&"colltune_two_shot_push_all_reduce_f16".to_string()));
         assert!(names.contains(&"colltune_reference_all_gather".to_string()));
-        assert!(!names.iter().any(|n| n.contains("two_shot_all_gather")));
+        assert!(!names.iter().any(|n| n.contains("two_shot_pull_all_gather")));
         assert!(!names.iter().any(|n| n.contains("two_shot_push_all_gather")));
+    }
+
+    #[test]
+    fn every_kernel_has_its_own_cuda_file_and_every_file_a_kernel() {
+        let files: Vec<&str> = SOURCES.iter().map(|(name, _)| *name).collect();
+        assert_eq!(&files[..2], ["common.cu", "prims.cu"]);
+        for kernel in Kernel::all() {
+            let file = format!("{}.cu", kernel.name());
+            let text = SOURCES
+                .iter()
+                .find(|(name, _)| *name == file)
+                .unwrap_or_else(|| panic!("no kernels/cuda/{file}"))
+                .1;
+            // Its entry points live in its own file.
+            for collective in Collective::ALL {
+                for dtype in DType::ALL {
+                    if let Some(entry) = entry_name(kernel, collective, dtype) {
+                        assert!(
+                            text.contains(&format!("CT_KERNEL {entry}(")),
+                            "{entry} is not in {file}"
+                        );
+                    }
+                }
+            }
+        }
+        for file in &files[2..] {
+            assert!(
+                Kernel::all().any(|k| format!("{}.cu", k.name()) == *file),
+                "kernels/cuda/{file} belongs to no kernel of the registry"
+            );
+        }
     }
 
     #[test]

@@ -35,15 +35,24 @@ struct SeriesPoint {
     ci_high: f64,
 }
 
+/// Colours for algorithms in `Algo::ALL` order (a categorical palette; an
+/// algorithm past its end wraps round).
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
 /// The colour of an algorithm, the same in every figure.
 fn colour(algo: Algo) -> RGBColor {
-    match algo {
-        Algo::Nccl => RGBColor(31, 119, 180),
-        Algo::OneShotPush => RGBColor(214, 39, 40),
-        Algo::OneShotPull => RGBColor(44, 160, 44),
-        Algo::TwoShotPull => RGBColor(255, 127, 14),
-        Algo::TwoShotPush => RGBColor(148, 103, 189),
-    }
+    PALETTE[algo as usize % PALETTE.len()]
 }
 
 /// `all_reduce-ws8-bf16-graph.svg`

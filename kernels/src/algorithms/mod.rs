@@ -14,7 +14,7 @@ use crate::error::{DriverContext, Error, Result};
 use crate::module::KernelSet;
 use crate::protocol::PACK_BYTES;
 use crate::protocol::launch::LaunchShape;
-use crate::protocol::registry::KernelFamily;
+use crate::protocol::registry::Kernel;
 use crate::protocol::signature::CallSignature;
 use crate::vocab::{Collective, DType};
 
@@ -35,10 +35,10 @@ impl Call {
     }
 }
 
-/// Launches `family` for `call` on `stream`.
+/// Launches `kernel` for `call` on `stream`.
 pub(crate) fn launch(
     kernels: &KernelSet,
-    family: KernelFamily,
+    kernel: Kernel,
     stream: &CudaStream,
     shape: LaunchShape,
     base: &CollArgs,
@@ -51,15 +51,16 @@ pub(crate) fn launch(
         )));
     }
     let function = kernels
-        .function(family, call.collective, call.dtype)
+        .function(kernel, call.collective, call.dtype)
         .ok_or_else(|| {
             Error::Unsupported(format!(
-                "no {family:?} kernel for {}",
+                "no {} kernel for {}",
+                kernel.name(),
                 call.collective.name()
             ))
         })?;
     let call_sig = CallSignature {
-        family,
+        kernel,
         collective: call.collective,
         dtype: call.dtype,
         bytes_per_rank: call.bytes_per_rank,

@@ -12,7 +12,7 @@ use crate::algorithms::{self, Call};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::protocol::decline::{CallShape, Decline, decline};
-use crate::protocol::registry::{self, KernelFamily};
+use crate::protocol::registry::Kernel;
 use crate::vocab::{Algo, Collective, DType, Query};
 
 impl RankComm {
@@ -223,12 +223,9 @@ impl RankComm {
     }
 
     fn launch_custom(&self, algo: Algo, call: &Call) -> Result<()> {
-        let family = registry::custom(algo)
-            .expect("NCCL is not a custom kernel")
-            .family;
         algorithms::launch(
             &self.res.kernels,
-            family,
+            Kernel::Algo(algo),
             &self.res.stream,
             self.shape,
             &self.base_args,
@@ -258,7 +255,7 @@ impl RankComm {
             }
             (Fallback::LoopbackReference, _) => algorithms::launch(
                 &self.res.kernels,
-                KernelFamily::Reference,
+                Kernel::Reference,
                 stream,
                 self.shape,
                 &self.base_args,

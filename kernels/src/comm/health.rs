@@ -180,13 +180,13 @@ mod tests {
     use super::*;
     use crate::protocol::WaitPhase;
     use crate::protocol::fault::FaultSite;
-    use crate::protocol::registry::KernelFamily;
+    use crate::protocol::registry::Kernel;
     use crate::protocol::signature::CallSignature;
-    use crate::vocab::{Collective, DType};
+    use crate::vocab::{Algo, Collective, DType};
 
     fn site(phase: WaitPhase) -> FaultSite {
         FaultSite {
-            kernel: Some(KernelFamily::Pull),
+            kernel: Some(Kernel::Algo(Algo::OneShotPull)),
             phase: Some(phase),
             peer: 1,
             block: 0,
@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn a_mismatch_names_both_ranks_and_both_calls() {
         let call = |dtype| CallSignature {
-            family: KernelFamily::Pull,
+            kernel: Kernel::Algo(Algo::OneShotPull),
             collective: Collective::AllReduce,
             dtype,
             bytes_per_rank: 4096,

@@ -3,12 +3,12 @@
 //! ([`super::host`]).
 //!
 //! Error word: kind in bits 0..8 ([`FAULT_TIMEOUT`], [`FAULT_MISMATCH`],
-//! [`FAULT_PEER_FAILED`]), kernel family in 8..16 ([`KernelFamily`] ids), wait
+//! [`FAULT_PEER_FAILED`]), kernel in 8..16 ([`Kernel`] ids), wait
 //! phase in 16..24 ([`WaitPhase`]). Info word: the peer in bits 0..8, the
 //! block in 8..32. A mismatch adds both call signatures
 //! ([`super::signature`]).
 
-use super::registry::KernelFamily;
+use super::registry::Kernel;
 use super::signature;
 use super::{FAULT_MISMATCH, FAULT_PEER_FAILED, FAULT_TIMEOUT, WaitPhase};
 
@@ -24,7 +24,7 @@ pub struct FaultWords {
 /// Where a kernel was when it recorded its fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FaultSite {
-    pub kernel: Option<KernelFamily>,
+    pub kernel: Option<Kernel>,
     pub phase: Option<WaitPhase>,
     pub peer: usize,
     pub block: u32,
@@ -63,7 +63,7 @@ impl DeviceFault {
         }
         let phase_id = (error >> 16) & 0xff;
         let site = FaultSite {
-            kernel: KernelFamily::from_id((error >> 8) & 0xff),
+            kernel: Kernel::from_id((error >> 8) & 0xff),
             phase: WaitPhase::ALL.into_iter().find(|p| *p as u32 == phase_id),
             peer: (info & 0xff) as usize,
             block: info >> 8,
@@ -112,7 +112,7 @@ impl FaultSite {
     fn describe(&self) -> String {
         let kernel = self
             .kernel
-            .map_or("an unknown kernel", KernelFamily::describe);
+            .map_or("an unknown kernel", Kernel::describe);
         let phase = match self.phase {
             Some(WaitPhase::Data) => "waiting for pushed data",
             Some(WaitPhase::Barrier1) => "barrier 1",
@@ -128,7 +128,7 @@ impl FaultSite {
 mod tests {
     use super::*;
     use crate::protocol::signature::CallSignature;
-    use crate::vocab::{Collective, DType};
+    use crate::vocab::{Algo, Collective, DType};
 
     fn words(error: u32, info: u32) -> FaultWords {
         FaultWords {
@@ -149,7 +149,7 @@ mod tests {
         let fault =
             DeviceFault::decode(words(FAULT_TIMEOUT | (3 << 8) | (2 << 16), 5 | (7 << 8))).unwrap();
         let site = FaultSite {
-            kernel: Some(KernelFamily::TwoShot),
+            kernel: Some(Kernel::Algo(Algo::TwoShotPull)),
             phase: Some(WaitPhase::Barrier2),
             peer: 5,
             block: 7,
@@ -163,7 +163,7 @@ mod tests {
     #[test]
     fn a_mismatch_names_both_calls() {
         let call = |bytes_per_rank| CallSignature {
-            family: KernelFamily::Push,
+            kernel: Kernel::Algo(Algo::OneShotPush),
             collective: Collective::AllReduce,
             dtype: DType::Bf16,
             bytes_per_rank,

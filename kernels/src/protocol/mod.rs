@@ -249,8 +249,8 @@ pub fn cuda_prelude() -> String {
     for (name, value) in defines {
         let _ = writeln!(out, "#define {name} {value}");
     }
-    for family in registry::KernelFamily::ALL {
-        let _ = writeln!(out, "#define {} {}u", family.cuda_define(), family.id());
+    for kernel in registry::Kernel::all() {
+        let _ = writeln!(out, "#define {} {}u", kernel.cuda_define(), kernel.id());
     }
     out
 }

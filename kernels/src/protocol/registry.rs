@@ -5,21 +5,27 @@
 //!
 //! # Adding an algorithm
 //!
-//! 1. Its name, if new to the tables, goes into the schema vocabulary
-//!    (`tuned_schema::Algo`, with `Collective::algos`), so tuned files and
-//!    `policy` can name it.
-//! 2. Its kernels go into a `.cu` file under `kernels/cuda/` (listed in
-//!    `module::SOURCES`), built from the primitives of `prims.cu`, with entry
-//!    points `colltune_<family>_all_reduce_<dtype>` and, if it gathers,
-//!    `colltune_<family>_all_gather`. A new family also gets a [`KernelFamily`]
-//!    variant (its id is the `CT_KERNEL_*` the kernels report faults with).
-//! 3. One [`CustomAlgorithm`] entry in [`REGISTRY`]: the collectives it
-//!    implements, the registered region its data crosses, how many bytes of
-//!    that region a call needs, and what its Lamport data (if any) does to
-//!    results ([`SentinelRule`], which the tuner's result checks follow).
+//! Three files change, and nothing else (`scripts/check-adding-an-algorithm.sh`
+//! adds one this way in CI and builds and tests the result):
 //!
-//! Nothing else changes: `tuner sweep` measures every algorithm the vocabulary
-//! lists for a collective, and dispatch launches whatever the registry names.
+//! 1. **The schema's table of algorithms** (`tuned_schema::Algo`, in
+//!    `policy-macros/schema/src/vocab.rs`): one line with its name, kind
+//!    (`Kernel`), the collectives it implements and its built-in capacity.
+//!    Tuned files, `policy`, the generated tables, the tuner and the plots
+//!    take it from there.
+//! 2. **One [`CustomAlgorithm`] entry in [`REGISTRY`]**: the registered region
+//!    its data crosses, how many bytes of that region a call needs, and what
+//!    its Lamport data (if any) does to results ([`SentinelRule`], which the
+//!    tuner's result checks follow).
+//! 3. **Its kernels, `kernels/cuda/<name>.cu`**, built from the primitives of
+//!    `prims.cu`, with entry points `colltune_<name>_all_reduce_<dtype>` and,
+//!    if it gathers, `colltune_<name>_all_gather`, reporting faults as
+//!    `CT_KERNEL_<NAME>`. The build picks every `.cu` file up
+//!    (`kernels/build.rs`).
+//!
+//! The name is the schema's everywhere: `one_shot_pull` is `Algo::OneShotPull`,
+//! `cuda/one_shot_pull.cu`, `colltune_one_shot_pull_all_reduce_bf16` and
+//! `CT_KERNEL_ONE_SHOT_PULL`.
 //!
 //! Every algorithm launches with the rank's one launch shape
 //! ([`LaunchShape::grid`](super::launch::LaunchShape::grid)): each block keeps
@@ -30,74 +36,71 @@ use super::PACK_BYTES;
 use super::sequence::shard_packs;
 use crate::vocab::{Algo, Collective};
 
-/// A family of kernels: the entry points of one algorithm in the CUDA sources,
-/// and the number a kernel of the family writes into its rank's error word when
-/// a wait times out (`CT_KERNEL_*`).
+/// A kernel the CUDA sources define: a custom algorithm's, or the loopback
+/// world's stand-in for NCCL (the reference collective, not an algorithm of
+/// the tables).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum KernelFamily {
-    Push = 1,
-    Pull = 2,
-    TwoShot = 3,
-    /// The loopback world's stand-in for NCCL (not an algorithm of the tables).
-    Reference = 4,
-    TwoShotPush = 5,
+pub enum Kernel {
+    Algo(Algo),
+    Reference,
 }
 
-impl KernelFamily {
-    pub const ALL: [KernelFamily; 5] = [
-        KernelFamily::Push,
-        KernelFamily::Pull,
-        KernelFamily::TwoShot,
-        KernelFamily::Reference,
-        KernelFamily::TwoShotPush,
-    ];
+/// The reference collective's id in fault words and call signatures (the
+/// algorithms' ids are their indices in `Algo::ALL`).
+const REFERENCE_ID: u32 = 31;
 
-    /// The id in a fault word.
+impl Kernel {
+    /// Every kernel: the registry's algorithms, then the reference.
+    pub fn all() -> impl Iterator<Item = Kernel> {
+        REGISTRY
+            .iter()
+            .map(|a| Kernel::Algo(a.algo))
+            .chain(std::iter::once(Kernel::Reference))
+    }
+
+    /// The number a kernel writes into its rank's error word and puts into
+    /// its call signature: the algorithm's index in `Algo::ALL` (NCCL, index
+    /// 0, has no kernel), or 31 for the reference.
     pub const fn id(self) -> u32 {
-        self as u32
-    }
-
-    /// The family a fault word's id names.
-    pub fn from_id(id: u32) -> Option<KernelFamily> {
-        KernelFamily::ALL.into_iter().find(|f| f.id() == id)
-    }
-
-    /// The middle of its entry points' names: `colltune_<prefix>_...`.
-    pub const fn entry_prefix(self) -> &'static str {
         match self {
-            KernelFamily::Push => "push",
-            KernelFamily::Pull => "pull",
-            KernelFamily::TwoShot => "two_shot",
-            KernelFamily::Reference => "reference",
-            KernelFamily::TwoShotPush => "two_shot_push",
+            Kernel::Algo(algo) => algo as u32,
+            Kernel::Reference => REFERENCE_ID,
         }
     }
 
-    /// The `#define` that carries its id into the CUDA sources.
-    pub const fn cuda_define(self) -> &'static str {
+    /// The kernel a fault word's id names.
+    pub fn from_id(id: u32) -> Option<Kernel> {
+        Kernel::all().find(|k| k.id() == id)
+    }
+
+    /// Its name: the algorithm's (`one_shot_pull`), or `reference`. The CUDA
+    /// file is `cuda/<name>.cu` and its entry points `colltune_<name>_…`.
+    pub const fn name(self) -> &'static str {
         match self {
-            KernelFamily::Push => "CT_KERNEL_PUSH",
-            KernelFamily::Pull => "CT_KERNEL_PULL",
-            KernelFamily::TwoShot => "CT_KERNEL_TWO_SHOT",
-            KernelFamily::Reference => "CT_KERNEL_REFERENCE",
-            KernelFamily::TwoShotPush => "CT_KERNEL_TWO_SHOT_PUSH",
+            Kernel::Algo(algo) => algo.name(),
+            Kernel::Reference => "reference",
         }
+    }
+
+    /// The `#define` that carries its id into the CUDA sources:
+    /// `CT_KERNEL_<NAME>`.
+    pub fn cuda_define(self) -> String {
+        format!("CT_KERNEL_{}", self.name().to_ascii_uppercase())
     }
 
     /// Whether it has kernels for `collective`.
     pub fn serves(self, collective: Collective) -> bool {
-        self == KernelFamily::Reference
-            || REGISTRY
-                .iter()
-                .any(|a| a.family == self && a.collectives.contains(&collective))
+        match self {
+            Kernel::Algo(algo) => algo.implements(collective),
+            Kernel::Reference => true,
+        }
     }
 
     /// What it is called in an error message.
-    pub fn describe(self) -> &'static str {
-        match REGISTRY.iter().find(|a| a.family == self) {
-            Some(custom) => custom.algo.name(),
-            None => "the loopback reference collective",
+    pub const fn describe(self) -> &'static str {
+        match self {
+            Kernel::Algo(algo) => algo.name(),
+            Kernel::Reference => "the loopback reference collective",
         }
     }
 }
@@ -111,12 +114,11 @@ pub enum Region {
     Staging,
 }
 
-/// One custom algorithm.
+/// One custom algorithm. The collectives it implements are the schema's
+/// (`Algo::implements`).
 #[derive(Clone, Copy, Debug)]
 pub struct CustomAlgorithm {
     pub algo: Algo,
-    pub family: KernelFamily,
-    pub collectives: &'static [Collective],
     pub region: Region,
     /// Bytes of its region (per push slot, or per staging half) a call needs,
     /// given the bytes each rank contributes (a multiple of 16) and the world
@@ -153,32 +155,24 @@ fn message(per_rank: u64, _world: usize) -> u64 {
 pub const REGISTRY: [CustomAlgorithm; 4] = [
     CustomAlgorithm {
         algo: Algo::OneShotPush,
-        family: KernelFamily::Push,
-        collectives: &[Collective::AllReduce, Collective::AllGather],
         region: Region::Push,
         footprint: message,
         sentinel_rule: SentinelRule::Inputs,
     },
     CustomAlgorithm {
         algo: Algo::OneShotPull,
-        family: KernelFamily::Pull,
-        collectives: &[Collective::AllReduce, Collective::AllGather],
         region: Region::Staging,
         footprint: message,
         sentinel_rule: SentinelRule::None,
     },
     CustomAlgorithm {
         algo: Algo::TwoShotPull,
-        family: KernelFamily::TwoShot,
-        collectives: &[Collective::AllReduce],
         region: Region::Staging,
         footprint: two_shot_half_bytes,
         sentinel_rule: SentinelRule::None,
     },
     CustomAlgorithm {
         algo: Algo::TwoShotPush,
-        family: KernelFamily::TwoShotPush,
-        collectives: &[Collective::AllReduce],
         region: Region::Push,
         footprint: two_shot_push_slot_bytes,
         sentinel_rule: SentinelRule::InputsAndSums,
@@ -196,7 +190,7 @@ pub fn implemented_pairs() -> impl Iterator<Item = (Collective, Algo)> {
     Collective::ALL.into_iter().flat_map(|collective| {
         REGISTRY
             .iter()
-            .filter(move |a| a.collectives.contains(&collective))
+            .filter(move |a| a.algo.implements(collective))
             .map(move |a| (collective, a.algo))
     })
 }
@@ -240,13 +234,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_registry_matches_the_schema_vocabulary() {
+    fn every_kernel_algorithm_of_the_schema_has_one_entry() {
+        for algo in Algo::ALL {
+            let entries = REGISTRY.iter().filter(|e| e.algo == algo).count();
+            assert_eq!(entries, algo.is_custom() as usize, "{}", algo.name());
+        }
         for collective in Collective::ALL {
             let custom: Vec<Algo> = collective
                 .algos()
                 .iter()
                 .copied()
-                .filter(|a| *a != Algo::Nccl)
+                .filter(|a| a.is_custom())
                 .collect();
             let registered: Vec<Algo> = implemented_pairs()
                 .filter(|(c, _)| *c == collective)
@@ -254,37 +252,33 @@ mod tests {
                 .collect();
             assert_eq!(custom, registered, "{}", collective.name());
         }
-        for entry in REGISTRY {
-            assert!(entry.algo.is_custom());
-            for collective in entry.collectives {
-                assert!(entry.algo.implements(*collective));
-            }
-        }
     }
 
     #[test]
-    fn families_are_distinct_and_round_trip_through_their_ids() {
-        for family in KernelFamily::ALL {
-            assert_eq!(KernelFamily::from_id(family.id()), Some(family));
-        }
-        assert_eq!(KernelFamily::from_id(0), None);
+    fn kernels_round_trip_through_their_ids_and_spell_the_schemas_names() {
         let mut seen = std::collections::HashSet::new();
-        for entry in REGISTRY {
-            assert!(seen.insert(entry.family), "{:?} twice", entry.family);
-            assert_ne!(entry.family, KernelFamily::Reference);
+        for kernel in Kernel::all() {
+            assert_eq!(Kernel::from_id(kernel.id()), Some(kernel));
+            assert!(seen.insert(kernel.id()), "{kernel:?}: id taken");
+            // Ids fit the fault word's byte and the signature's five bits.
+            assert!(kernel.id() > 0 && kernel.id() < 32, "{kernel:?}");
         }
+        assert_eq!(Kernel::from_id(0), None);
+        let pull = Kernel::Algo(Algo::OneShotPull);
+        assert_eq!(pull.name(), "one_shot_pull");
+        assert_eq!(pull.cuda_define(), "CT_KERNEL_ONE_SHOT_PULL");
+        assert_eq!(Kernel::Reference.cuda_define(), "CT_KERNEL_REFERENCE");
     }
 
     #[test]
-    fn families_serve_what_their_algorithms_implement() {
-        assert!(KernelFamily::Push.serves(Collective::AllGather));
-        assert!(!KernelFamily::TwoShot.serves(Collective::AllGather));
-        assert!(!KernelFamily::TwoShotPush.serves(Collective::AllGather));
-        assert_eq!(KernelFamily::TwoShotPush.describe(), "two_shot_push");
-        assert!(KernelFamily::Reference.serves(Collective::AllGather));
-        assert_eq!(KernelFamily::TwoShot.describe(), "two_shot_pull");
+    fn kernels_serve_what_their_algorithms_implement() {
+        assert!(Kernel::Algo(Algo::OneShotPush).serves(Collective::AllGather));
+        assert!(!Kernel::Algo(Algo::TwoShotPull).serves(Collective::AllGather));
+        assert!(!Kernel::Algo(Algo::TwoShotPush).serves(Collective::AllGather));
+        assert!(Kernel::Reference.serves(Collective::AllGather));
+        assert_eq!(Kernel::Algo(Algo::TwoShotPull).describe(), "two_shot_pull");
         assert_eq!(
-            KernelFamily::Reference.describe(),
+            Kernel::Reference.describe(),
             "the loopback reference collective"
         );
     }

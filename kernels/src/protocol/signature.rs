@@ -7,10 +7,10 @@
 //!
 //! | bits  | field |
 //! |-------|-------|
-//! | 0..49  | bytes each rank contributes (all-gather: one share), modulo 2^49 |
-//! | 49     | collective (0 all-reduce, 1 all-gather) |
-//! | 50..52 | dtype (0 bf16, 1 f16, 2 f32) |
-//! | 52..55 | kernel family id ([`KernelFamily::id`]) |
+//! | 0..47  | bytes each rank contributes (all-gather: one share), modulo 2^47 |
+//! | 47     | collective (0 all-reduce, 1 all-gather) |
+//! | 48..50 | dtype (0 bf16, 1 f16, 2 f32) |
+//! | 50..55 | kernel id ([`Kernel::id`]) |
 //! | 55     | [`VALID`]: always set, so no signature is 0 (an empty mailbox) |
 //!
 //! The top byte of a mailbox word holds the call count and is not part of the
@@ -18,33 +18,26 @@
 
 use std::fmt;
 
-use super::registry::KernelFamily;
+use super::registry::Kernel;
 use crate::vocab::{Collective, DType};
 
 /// Set in every signature.
 pub const VALID: u64 = 1 << 55;
 /// The bits of a mailbox word that are the signature.
 pub const MASK: u64 = (1 << 56) - 1;
-/// Bytes are exact below this (512 TiB per rank).
-pub const BYTES_LIMIT: u64 = 1 << 49;
+/// Bytes are exact below this (128 TiB per rank).
+pub const BYTES_LIMIT: u64 = 1 << 47;
 
-const COLLECTIVE_SHIFT: u32 = 49;
-const DTYPE_SHIFT: u32 = 50;
-const FAMILY_SHIFT: u32 = 52;
-
-// Every family id fits its three bits.
-const _: () = {
-    let mut i = 0;
-    while i < KernelFamily::ALL.len() {
-        assert!(KernelFamily::ALL[i].id() > 0 && KernelFamily::ALL[i].id() < 8);
-        i += 1;
-    }
-};
+const COLLECTIVE_SHIFT: u32 = 47;
+const DTYPE_SHIFT: u32 = 48;
+const KERNEL_SHIFT: u32 = 50;
+/// The kernel id's bits (registry tests check every id fits).
+const KERNEL_MASK: u64 = 31;
 
 /// One call, as its signature describes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallSignature {
-    pub family: KernelFamily,
+    pub kernel: Kernel,
     pub collective: Collective,
     pub dtype: DType,
     /// Bytes each rank contributes, modulo [`BYTES_LIMIT`].
@@ -70,7 +63,7 @@ impl CallSignature {
     /// The 56-bit signature (see the module documentation).
     pub const fn encode(&self) -> u64 {
         VALID
-            | (self.family.id() as u64) << FAMILY_SHIFT
+            | (self.kernel.id() as u64 & KERNEL_MASK) << KERNEL_SHIFT
             | dtype_code(self.dtype) << DTYPE_SHIFT
             | collective_code(self.collective) << COLLECTIVE_SHIFT
             | (self.bytes_per_rank % BYTES_LIMIT)
@@ -82,7 +75,7 @@ impl CallSignature {
         if sig & VALID == 0 || sig & !MASK != 0 {
             return None;
         }
-        let family = KernelFamily::from_id(((sig >> FAMILY_SHIFT) & 7) as u32)?;
+        let kernel = Kernel::from_id(((sig >> KERNEL_SHIFT) & KERNEL_MASK) as u32)?;
         let dtype = match (sig >> DTYPE_SHIFT) & 3 {
             0 => DType::Bf16,
             1 => DType::F16,
@@ -95,7 +88,7 @@ impl CallSignature {
             Collective::AllGather
         };
         Some(CallSignature {
-            family,
+            kernel,
             collective,
             dtype,
             bytes_per_rank: sig & (BYTES_LIMIT - 1),
@@ -109,7 +102,7 @@ impl fmt::Display for CallSignature {
         write!(
             f,
             "{} {} of {} bytes per rank in {}",
-            self.family.describe(),
+            self.kernel.describe(),
             self.collective.name(),
             self.bytes_per_rank,
             self.dtype.name()
@@ -129,15 +122,16 @@ pub fn describe(sig: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::Algo;
 
     fn every_call() -> Vec<CallSignature> {
         let mut calls = Vec::new();
-        for family in KernelFamily::ALL {
+        for kernel in Kernel::all() {
             for collective in Collective::ALL {
                 for dtype in DType::ALL {
                     for bytes_per_rank in [16, 4096, 8192, (1 << 40) + 48, BYTES_LIMIT - 16] {
                         calls.push(CallSignature {
-                            family,
+                            kernel,
                             collective,
                             dtype,
                             bytes_per_rank,
@@ -171,7 +165,7 @@ mod tests {
     #[test]
     fn the_sizes_of_the_mismatch_tests_differ() {
         let call = |bytes_per_rank, dtype| CallSignature {
-            family: KernelFamily::Push,
+            kernel: Kernel::Algo(Algo::OneShotPush),
             collective: Collective::AllReduce,
             dtype,
             bytes_per_rank,
@@ -194,11 +188,11 @@ mod tests {
     fn words_no_kernel_writes_are_refused() {
         assert_eq!(CallSignature::decode(0), None);
         assert_eq!(CallSignature::decode(VALID | 1 << 56), None);
-        // Family id 0 and 7 are not families; dtype code 3 is none.
+        // Kernel ids 0 and 30 are no kernels; dtype code 3 is none.
         assert_eq!(CallSignature::decode(VALID), None);
-        assert_eq!(CallSignature::decode(VALID | 7 << FAMILY_SHIFT), None);
+        assert_eq!(CallSignature::decode(VALID | 30 << KERNEL_SHIFT), None);
         assert_eq!(
-            CallSignature::decode(VALID | 1 << FAMILY_SHIFT | 3 << DTYPE_SHIFT),
+            CallSignature::decode(VALID | 1 << KERNEL_SHIFT | 3 << DTYPE_SHIFT),
             None
         );
         assert!(describe(0x42).contains("0x42"));

@@ -7,13 +7,8 @@ use quote::quote;
 use tuned_schema::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query, TableKey};
 
 pub fn algo(a: Algo) -> TokenStream {
-    match a {
-        Algo::Nccl => quote!(::policy::Algo::Nccl),
-        Algo::OneShotPush => quote!(::policy::Algo::OneShotPush),
-        Algo::OneShotPull => quote!(::policy::Algo::OneShotPull),
-        Algo::TwoShotPull => quote!(::policy::Algo::TwoShotPull),
-        Algo::TwoShotPush => quote!(::policy::Algo::TwoShotPush),
-    }
+    let variant = quote::format_ident!("{}", a.variant());
+    quote!(::policy::Algo::#variant)
 }
 
 pub fn collective(c: Collective) -> TokenStream {

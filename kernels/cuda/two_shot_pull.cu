@@ -28,7 +28,7 @@
 // of a use of h; the peer read that half for the previous use of h before it
 // started its kernel of the use in between, whose barrier this rank's block
 // passed, or — when that block had no work — which this rank's previous kernel
-// waited for through block 0 (see pull.cu). Neither needs the same thread to
+// waited for through block 0 (see one_shot_pull.cu). Neither needs the same thread to
 // own the same units in both uses.
 
 template <int W, typename E>
@@ -86,7 +86,7 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
     if (!block_has_work<W>(a, shard)) return;
 
     // Barrier 1 (block 0: with the call handshake).
-    bool ok = block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT, CT_PHASE_BARRIER_1, blockIdx.x == 0,
+    bool ok = block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_1, blockIdx.x == 0,
                                state.calls);
     if (ok) {
         // 3. Reduce shard `rank`; send the sum to every peer.
@@ -120,7 +120,7 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
             }
         }
 
-        ok = block_barrier<W>(a, state.seq + 2u, CT_KERNEL_TWO_SHOT, CT_PHASE_BARRIER_2);
+        ok = block_barrier<W>(a, state.seq + 2u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_2);
         if (ok) {
             // 5. Gather the other shards.
             for (u64 base = first; base < shard; base += step) {
@@ -151,6 +151,6 @@ __device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
     if (!ok) poison_output(a, false, first, stride);
 }
 
-CT_KERNEL colltune_two_shot_all_reduce_bf16(const CollArgs a) { two_shot_all_reduce<kWorld, Bf16>(a); }
-CT_KERNEL colltune_two_shot_all_reduce_f16(const CollArgs a) { two_shot_all_reduce<kWorld, F16>(a); }
-CT_KERNEL colltune_two_shot_all_reduce_f32(const CollArgs a) { two_shot_all_reduce<kWorld, F32>(a); }
+CT_KERNEL colltune_two_shot_pull_all_reduce_bf16(const CollArgs a) { two_shot_all_reduce<kWorld, Bf16>(a); }
+CT_KERNEL colltune_two_shot_pull_all_reduce_f16(const CollArgs a) { two_shot_all_reduce<kWorld, F16>(a); }
+CT_KERNEL colltune_two_shot_pull_all_reduce_f32(const CollArgs a) { two_shot_all_reduce<kWorld, F32>(a); }

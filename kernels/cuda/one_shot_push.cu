@@ -107,7 +107,7 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
     // The peer's call is checked before any wait for data: a peer making
     // another call (another size, say) might never send the packs waited for.
     const u32 shake = lamport_handshake_peer<W>(a);
-    if (shake != CT_NO_PEER) ok = handshake_check(a, shake, state.calls, CT_KERNEL_PUSH, handshake_peek(a, shake));
+    if (shake != CT_NO_PEER) ok = handshake_check(a, shake, state.calls, CT_KERNEL_ONE_SHOT_PUSH, handshake_peek(a, shake));
     for (u64 base = first; ok && base < packs; base += step) {
         Pack v[UNROLL][SLOTS];
 #pragma unroll
@@ -131,7 +131,7 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
 #pragma unroll
             for (int p = 0; p < SLOTS; ++p) {
                 if ((u32)p >= world || (u32)p == rank || !ok) continue;
-                ok = lamport_wait(v[u][p], mine + (u64)p * a.slot_bytes + i * 16u, deadline, a, p, CT_KERNEL_PUSH);
+                ok = lamport_wait(v[u][p], mine + (u64)p * a.slot_bytes + i * 16u, deadline, a, p, CT_KERNEL_ONE_SHOT_PUSH);
             }
         }
         if (!ok) break;
@@ -151,8 +151,8 @@ __device__ __forceinline__ void push_collective(const CollArgs& a) {
     if (!ok) poison_output(a, !REDUCE, first, stride);
 }
 
-CT_KERNEL colltune_push_all_reduce_bf16(const CollArgs a) { push_collective<kWorld, Bf16, true>(a); }
-CT_KERNEL colltune_push_all_reduce_f16(const CollArgs a) { push_collective<kWorld, F16, true>(a); }
-CT_KERNEL colltune_push_all_reduce_f32(const CollArgs a) { push_collective<kWorld, F32, true>(a); }
+CT_KERNEL colltune_one_shot_push_all_reduce_bf16(const CollArgs a) { push_collective<kWorld, Bf16, true>(a); }
+CT_KERNEL colltune_one_shot_push_all_reduce_f16(const CollArgs a) { push_collective<kWorld, F16, true>(a); }
+CT_KERNEL colltune_one_shot_push_all_reduce_f32(const CollArgs a) { push_collective<kWorld, F32, true>(a); }
 // All-gather moves bits, so one kernel serves every dtype.
-CT_KERNEL colltune_push_all_gather(const CollArgs a) { push_collective<kWorld, F32, false>(a); }
+CT_KERNEL colltune_one_shot_push_all_gather(const CollArgs a) { push_collective<kWorld, F32, false>(a); }
