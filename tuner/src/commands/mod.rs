@@ -28,6 +28,9 @@ pub enum Exit {
     Ok = 0,
     /// `verify`: a key's regret is above its limit.
     RegretTooHigh = 2,
+    /// `verify`: no key failed, but some could not be told from their limits
+    /// at the measured noise.
+    Inconclusive = 3,
     /// Ctrl-C: what was measured was written.
     Interrupted = 130,
 }
