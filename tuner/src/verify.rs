@@ -156,16 +156,25 @@ pub struct Estimate {
 pub struct RegretSummary {
     pub sizes: usize,
     /// The median of the sizes' regrets; its interval runs from the median of
-    /// their lower ends to the median of their upper ends.
+    /// their lower ends to the median of their upper ends. Spread sizes only:
+    /// edge sizes are close calls by design, and no median limit applies.
     pub median: Option<Estimate>,
     /// The largest regret; its interval runs from the largest lower end to the
     /// largest upper end.
     pub worst: Option<Estimate>,
-    /// Where the largest regret was measured.
+    /// Where the largest regret was measured, when there is one.
     pub worst_at: Option<u64>,
 }
 
 impl RegretSummary {
+    /// The summary of `sizes`, without the median.
+    fn worst_of<'a>(sizes: impl Iterator<Item = &'a SizeRegret>) -> RegretSummary {
+        RegretSummary {
+            median: None,
+            ..RegretSummary::of(sizes)
+        }
+    }
+
     fn of<'a>(sizes: impl Iterator<Item = &'a SizeRegret>) -> RegretSummary {
         let sizes: Vec<&SizeRegret> = sizes.collect();
         if sizes.is_empty() {
@@ -181,6 +190,7 @@ impl RegretSummary {
         let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
         let worst_at = sizes
             .iter()
+            .filter(|s| s.regret > 0.0)
             .max_by(|a, b| a.regret.total_cmp(&b.regret))
             .map(|s| s.bytes);
         RegretSummary {
@@ -357,8 +367,10 @@ pub fn verify(
         }
         work.push(KeyWork { key: k, sizes });
     }
-    let (points, seconds) = estimate(backend, &work, settings);
-    observer.started(points, seconds);
+    if !work.is_empty() {
+        let (points, seconds) = estimate(backend, &work, settings);
+        observer.started(points, seconds);
+    }
 
     let docs = std::slice::from_ref(doc);
     let mut keys = Vec::new();
@@ -416,40 +428,55 @@ fn nothing_judged(
         return "the file has no [[table]]".to_string();
     }
     if selected == 0 {
-        let mut world_sizes: Vec<u32> = doc.tables.iter().map(|t| t.key.world_size).collect();
-        world_sizes.sort_unstable();
-        world_sizes.dedup();
-        let names = |it: &mut dyn Iterator<Item = &'static str>| {
-            let mut v: Vec<&str> = it.collect();
+        // Per filter given: what was asked for, and what the file has.
+        fn names<T: Ord + Copy>(values: impl Iterator<Item = T>, name: fn(T) -> String) -> String {
+            let mut v: Vec<T> = values.collect();
+            v.sort();
             v.dedup();
+            let v: Vec<String> = v.into_iter().map(name).collect();
             v.join(", ")
-        };
-        let mut filters = Vec::new();
+        }
+        let tables = || doc.tables.iter().map(|t| t.key);
+        let mut asked = Vec::new();
+        let mut has = Vec::new();
         if !settings.world_sizes.is_empty() {
-            filters.push(format!("--world-sizes {}", list(&settings.world_sizes)));
+            asked.push(format!("--world-sizes {}", list(&settings.world_sizes)));
+            has.push(format!(
+                "world sizes {}",
+                names(tables().map(|k| k.world_size), |w| w.to_string())
+            ));
         }
         if !settings.collectives.is_empty() {
-            filters.push(format!(
+            let name = |c: Collective| c.name().to_string();
+            asked.push(format!(
                 "--collectives {}",
-                names(&mut settings.collectives.iter().map(|c| c.name()))
+                names(settings.collectives.iter().copied(), name)
+            ));
+            has.push(format!(
+                "collectives {}",
+                names(tables().map(|k| k.collective), name)
             ));
         }
         if !settings.dtypes.is_empty() {
-            filters.push(format!(
+            let name = |d: DType| d.name().to_string();
+            asked.push(format!(
                 "--dtypes {}",
-                names(&mut settings.dtypes.iter().map(|d| d.name()))
+                names(settings.dtypes.iter().copied(), name)
             ));
+            has.push(format!("dtypes {}", names(tables().map(|k| k.dtype), name)));
         }
         if !settings.modes.is_empty() {
-            filters.push(format!(
+            let name = |m: Mode| m.name().to_string();
+            asked.push(format!(
                 "--modes {}",
-                names(&mut settings.modes.iter().map(|m| m.name()))
+                names(settings.modes.iter().copied(), name)
             ));
+            has.push(format!("modes {}", names(tables().map(|k| k.mode), name)));
         }
         return format!(
-            "no table of the file matches {} (its tables are for world sizes {})",
-            filters.join(" "),
-            list(&world_sizes)
+            "no table of the file matches {} (its tables have {})",
+            asked.join(" "),
+            has.join("; ")
         );
     }
     format!(
@@ -767,8 +794,8 @@ fn summarize(
     settings: &VerifySettings,
 ) -> KeyRegret {
     let spread = RegretSummary::of(sizes.iter().filter(|s| !s.kind.is_edge()));
-    let edges = RegretSummary::of(sizes.iter().filter(|s| s.kind.is_edge()));
-    let worst = RegretSummary::of(sizes.iter()).worst;
+    let edges = RegretSummary::worst_of(sizes.iter().filter(|s| s.kind.is_edge()));
+    let worst = RegretSummary::worst_of(sizes.iter()).worst;
     let (verdict, reason) = if let Some((bytes, algo, _)) = wrong_results.first() {
         (
             Verdict::Fail,
@@ -1460,7 +1487,7 @@ mod tests {
         let text = report.render();
         assert!(
             text.contains(
-                "nothing to judge: no table of the file matches --world-sizes 3 (its tables are for world sizes 8)"
+                "nothing to judge: no table of the file matches --world-sizes 3 (its tables have world sizes 8)"
             ),
             "{text}"
         );

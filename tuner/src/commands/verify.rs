@@ -29,10 +29,13 @@ pub struct VerifyArgs {
     /// clear of the limits (at least 2)
     #[arg(long, default_value_t = VerifySettings::default().max_rounds)]
     pub rounds: u32,
-    /// Fail when a key's median regret is above this many percent
+    /// The limit on a key's median regret over its spread sizes, in percent:
+    /// FAIL when the regret's whole interval is above it, PASS when at or
+    /// below, INCONCLUSIVE when it straddles it
     #[arg(long, default_value_t = 1.0, value_name = "PCT")]
     pub max_median_regret_pct: f64,
-    /// Fail when a key's worst regret is above this many percent
+    /// The limit on a key's worst regret at any size, in percent, judged the
+    /// same way
     #[arg(long, default_value_t = 5.0, value_name = "PCT")]
     pub max_worst_regret_pct: f64,
     /// Significance level of the tests that find, at each size, the fastest
