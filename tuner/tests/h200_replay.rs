@@ -1,7 +1,8 @@
 //! The world-size-2 sweep on 2 x H200, replayed: a backend that answers from
 //! the committed evidence of the 2026-12-01 sweep
 //! (`tuned/sm90-nvlink.evidence.json`: 2449 points measured in 2m 21s, per
-//! `tuner/runs/2026-12-01-h200-x2/sweep-ws2-final.log`) runs today's sweep
+//! `tuner/runs/2026-12-01-h200-x2/sweep-ws2-final.log`; see `RECORDED_*`
+//! below when that file is replaced) runs today's sweep
 //! and `verify`, so their probing and extra rounds can be costed, and their
 //! bands compared, without a GPU.
 //!
@@ -28,7 +29,12 @@ use tuner::verify::{Verdict, VerifySettings, verify};
 
 const EVIDENCE: &str = "../tuned/sm90-nvlink.evidence.json";
 const TABLE: &str = "../tuned/sm90-nvlink.toml";
-/// What the recorded sweep's log says its measuring took.
+
+/// The recorded sweep behind `EVIDENCE`: its date, its points, and the
+/// measuring time its log reports. When the evidence is replaced by a new
+/// sweep, these come from that sweep's log (its last line).
+const RECORDED_DATE: &str = "2026-12-01";
+const RECORDED_POINTS: usize = 2449;
 const RECORDED_SECONDS: f64 = 141.0;
 
 /// The GPU backend's costs (`backend/gpu.rs`): inputs generated and uploaded
@@ -78,6 +84,12 @@ struct Replay {
 impl Replay {
     fn new(seed: u64) -> Replay {
         let evidence = Evidence::load(Path::new(EVIDENCE)).unwrap();
+        let points: usize = evidence.keys.iter().map(|k| k.points.len()).sum();
+        assert!(
+            evidence.platform.date == RECORDED_DATE && points == RECORDED_POINTS,
+            "{EVIDENCE} is not the sweep of {RECORDED_DATE} ({RECORDED_POINTS} points) any more: \
+             set RECORDED_DATE, RECORDED_POINTS and RECORDED_SECONDS from the new sweep's log"
+        );
         let mut points: BTreeMap<(TableKey, Algo), Vec<Recorded>> = BTreeMap::new();
         for key in &evidence.keys {
             for p in key.points.iter().filter(|p| p.usable()) {
@@ -265,7 +277,7 @@ fn the_world_size_2_sweep_stays_within_three_minutes_and_finds_the_same_bands() 
     let samples: usize = points.clone().map(|p| p.samples_us.len()).sum();
     let seconds = replay.seconds * scale;
     println!(
-        "replayed world-size-2 sweep: {} points, {samples} samples, about {seconds:.0} s (recorded: 2449 points, 78500 samples, 141 s)",
+        "replayed world-size-2 sweep: {} points, {samples} samples, about {seconds:.0} s (recorded: {RECORDED_POINTS} points in {RECORDED_SECONDS} s)",
         points.count()
     );
     let result = fit(&outcome.evidence, &FitSettings::default());

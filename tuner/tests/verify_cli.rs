@@ -68,7 +68,7 @@ fn the_verdict_is_the_exit_status_and_json_says_the_same() {
         "{stdout}"
     );
     assert!(stdout.contains(" edge sizes: regret worst "), "{stdout}");
-    assert!(stdout.trim_end().ends_with("95% intervals)"), "{stdout}");
+    assert!(stdout.trim_end().ends_with("99% intervals)"), "{stdout}");
 
     let out = verify(&toml, "2", &["--json"]);
     assert_eq!(out.status.code(), Some(0));

@@ -25,8 +25,9 @@ pub struct VerifyArgs {
     #[arg(long, default_value_t = 5)]
     pub warmup: u32,
     /// At most this many interleaved rounds (of --samples each) of the chosen
-    /// algorithm and its rival per size; fewer once the regret's interval is
-    /// clear of the limits (at least 2)
+    /// algorithm and its rival per size, at least 4 (or this many, if fewer);
+    /// fewer than the most once the regret's interval is clear of the limits;
+    /// 2 or more
     #[arg(long, default_value_t = VerifySettings::default().max_rounds)]
     pub rounds: u32,
     /// The limit on a key's median regret over its spread sizes, in percent:
