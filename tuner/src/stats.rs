@@ -1,7 +1,9 @@
 //! The statistics every decision of the tuner rests on: robust location (median),
 //! outlier classification (Tukey fences), a seeded bootstrap confidence interval,
-//! and a significance test for "A is faster than B by more than a margin"
-//! (one-sided Mann-Whitney U, normal approximation, from statrs).
+//! a significance test for "A is faster than B by more than a margin"
+//! (one-sided Mann-Whitney U, normal approximation, computed as statrs does),
+//! an equivalence test for "A and B are within x %", distribution-free
+//! intervals of a median and of a ratio of medians, and a noise figure.
 //!
 //! Everything here is deterministic: the bootstrap draws from a ChaCha stream
 //! whose seed the caller derives from what is being summarised (see [`seed_for`]),
@@ -17,7 +19,8 @@ use tuned_schema::Collective;
 /// and 97.5 % percentiles (about 25 resamples lie beyond each).
 pub const BOOTSTRAP_RESAMPLES: usize = 1000;
 
-/// Coverage of every confidence interval the tuner reports.
+/// Coverage of the bootstrap intervals of plots (`verify` has its own,
+/// `verify::CONFIDENCE`).
 pub const CONFIDENCE: f64 = 0.95;
 
 /// The median of `samples` (mean of the two middle values for an even count).
@@ -224,17 +227,12 @@ pub fn bootstrap_median_ci(samples: &[f64], seed: u64) -> (f64, f64) {
     (medians.quantile(tail), medians.quantile(1.0 - tail))
 }
 
-/// The distribution-free 95 % interval of the median: the order statistics
-/// `x(j)` and `x(n+1-j)` with `j` the largest rank such that a Binomial(n, ½)
-/// count falls below it with probability at most 2.5 %. Exact coverage (at least
-/// 95 %) for any continuous distribution and no resampling, so the sweep can
-/// afford it after every round to decide whether a point needs more samples.
-/// With fewer than 6 samples no such rank exists and the range is returned.
-pub fn order_statistic_median_ci(samples: &[f64]) -> (f64, f64) {
-    median_ci(samples, CONFIDENCE)
-}
-
-/// [`order_statistic_median_ci`] at any `confidence` in (0, 1).
+/// The distribution-free interval of the median at `confidence` in (0, 1):
+/// the order statistics `x(j)` and `x(n+1-j)` with `j` the largest rank such
+/// that a Binomial(n, ½) count falls below it with probability at most half of
+/// `1 − confidence`. Exact coverage (at least `confidence`) for any continuous
+/// distribution and no resampling, so it is cheap enough to follow every
+/// round. With too few samples for such a rank, the range.
 pub fn median_ci(samples: &[f64], confidence: f64) -> (f64, f64) {
     if samples.is_empty() {
         return (f64::NAN, f64::NAN);
@@ -266,15 +264,6 @@ fn median_ci_rank(n: usize, confidence: f64) -> usize {
         j += 1;
     }
     j.max(1)
-}
-
-/// How wide a point's samples leave its median: the half-width of
-/// [`order_statistic_median_ci`] relative to the median, after removing severe
-/// outliers. The sweep re-measures a point while this exceeds its threshold.
-pub fn relative_spread(samples: &[f64]) -> f64 {
-    let kept = without_severe_outliers(samples);
-    let (low, high) = order_statistic_median_ci(&kept);
-    (high - low) / 2.0 / median(&kept)
 }
 
 /// Median, bootstrap CI and outlier counts of one point's samples.
@@ -575,22 +564,15 @@ mod tests {
     }
 
     #[test]
-    fn order_statistic_interval_matches_the_binomial_table() {
+    fn median_interval_matches_the_binomial_table() {
         // For n = 25 the classic table gives ranks 8 and 18 (coverage 95.7 %).
         let samples: Vec<f64> = (1..=25).map(f64::from).collect();
-        assert_eq!(order_statistic_median_ci(&samples), (8.0, 18.0));
+        assert_eq!(median_ci(&samples, 0.95), (8.0, 18.0));
         // For n = 100: ranks 40 and 61.
         let samples: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(order_statistic_median_ci(&samples), (40.0, 61.0));
+        assert_eq!(median_ci(&samples, 0.95), (40.0, 61.0));
         // Too few samples for 95 %: the whole range.
-        assert_eq!(order_statistic_median_ci(&[3.0, 1.0, 2.0]), (1.0, 3.0));
-    }
-
-    #[test]
-    fn spread_shrinks_with_more_samples() {
-        let few = relative_spread(&noisy(10.0, 0.05, 25, 1));
-        let many = relative_spread(&noisy(10.0, 0.05, 400, 1));
-        assert!(many < few / 2.0, "{few} → {many}");
+        assert_eq!(median_ci(&[3.0, 1.0, 2.0], 0.95), (1.0, 3.0));
     }
 
     #[test]
