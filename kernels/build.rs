@@ -30,9 +30,14 @@ fn main() {
     );
     for name in &names {
         let path = dir.join(name);
-        let _ = writeln!(out, "    ({name:?}, include_str!({:?})),", path.display().to_string());
+        let _ = writeln!(
+            out,
+            "    ({name:?}, include_str!({:?})),",
+            path.display().to_string()
+        );
     }
     out.push_str("];\n");
-    let target = Path::new(&std::env::var("OUT_DIR").expect("set by cargo")).join("cuda_sources.rs");
+    let target =
+        Path::new(&std::env::var("OUT_DIR").expect("set by cargo")).join("cuda_sources.rs");
     std::fs::write(&target, out).unwrap_or_else(|e| panic!("writing {}: {e}", target.display()));
 }

@@ -79,15 +79,14 @@ pub struct SettingsRecord {
     pub samples: u32,
     /// Untimed calls before the first sample of every point.
     pub warmup: u32,
-    /// A point is re-measured while its CI half-width exceeds this fraction of
-    /// its median…
+    /// Candidates at a size that are neither significantly slower than the
+    /// fastest nor shown to be within this fraction of it get more rounds…
     pub remeasure_threshold: f64,
-    /// …at most this many extra rounds.
+    /// …at most this many at a grid point.
     pub max_remeasure_rounds: u32,
-    /// Bisection stops when neighbouring probes are this close (a fraction).
+    /// Probing stops when neighbouring probes are this close (a fraction).
     pub bisect_resolution: f64,
-    /// Extra rounds a bisection probe may get while its two contenders are not
-    /// significantly apart.
+    /// The extra rounds of `max_remeasure_rounds`, at a probe.
     pub max_probe_rounds: u32,
     /// Seed of the synthetic backend; absent for GPU sweeps.
     #[serde(default, skip_serializing_if = "Option::is_none")]

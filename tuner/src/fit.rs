@@ -130,7 +130,10 @@ struct Column {
 }
 
 struct Measured {
-    samples: Vec<f64>,
+    /// How many samples were taken (before outliers were removed).
+    samples: usize,
+    /// The samples as every comparison starts from them.
+    kept: stats::Kept,
     median: f64,
 }
 
@@ -170,7 +173,7 @@ pub fn fit_key(
     let edges = edges(&columns, &owner);
     let min_samples = columns
         .iter()
-        .flat_map(|c| c.options.values().map(|m| m.samples.len()))
+        .flat_map(|c| c.options.values().map(|m| m.samples))
         .min()
         .unwrap_or(0);
     Some(KeyFit {
@@ -203,11 +206,14 @@ fn columns(key: &KeyEvidence, capacities: &[CapacityEntry], settings: &FitSettin
                 .filter(|p| p.usable() && p.samples_us.len() >= settings.min_samples.max(1))
                 .filter(|p| accepts(p.algo, bytes))
                 .map(|p| {
-                    let median = stats::median(&stats::without_severe_outliers(&p.samples_us));
+                    let kept = stats::Kept::of(&p.samples_us);
+                    let median = kept.median;
+                    let samples = p.samples_us.len();
                     (
                         p.algo,
                         Measured {
-                            samples: p.samples_us.clone(),
+                            samples,
+                            kept,
                             median,
                         },
                     )
@@ -233,13 +239,9 @@ impl Rules<'_> {
             column.options.get(&incumbent),
         ) {
             (Some(c), Some(inc)) => {
-                stats::faster_by_margin(
-                    &c.samples,
-                    &inc.samples,
-                    self.settings.margin,
-                    self.settings.alpha,
-                )
-                .faster
+                c.kept
+                    .faster_by_margin(&inc.kept, self.settings.margin, self.settings.alpha)
+                    .faster
             }
             _ => false,
         }

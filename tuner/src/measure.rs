@@ -1,7 +1,12 @@
-//! Measuring one size: verify each candidate, time it, re-measure while its
-//! median is too uncertain, and settle close calls between two contenders.
-//! Shared by `sweep` (grid points and bisection probes) and `verify`
-//! (held-out sizes).
+//! Measuring one size: verify each candidate and time it once, then spend
+//! more rounds where the decision at that size is close: on the fastest
+//! candidate and every one that is neither significantly slower nor shown to
+//! be equivalent to it. Shared by `sweep` (grid points and bisection probes)
+//! and `verify` (held-out sizes).
+//!
+//! Rounds of several candidates are interleaved (one round each in turn, the
+//! order reversed every round), so a machine whose speed drifts during the
+//! measurement shifts them alike.
 
 use std::collections::BTreeMap;
 
@@ -18,20 +23,24 @@ pub type Column = BTreeMap<Algo, PointEvidence>;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Effort {
     pub reps: Repetitions,
-    /// Re-measure while the median's relative CI half-width exceeds this…
+    /// Two contenders whose medians are shown to be within this fraction of
+    /// each other (an equivalence test at `alpha`) are a tie: more samples
+    /// would not change which of them is worth choosing.
     pub remeasure_threshold: f64,
-    /// …at most this many extra rounds.
+    /// Extra rounds a close decision may get at a grid point (or a held-out
+    /// size in `verify`)…
     pub max_remeasure_rounds: u32,
-    /// Extra rounds for two contenders that are not significantly apart.
+    /// …and at a bisection probe, where the contenders are close by design.
     pub max_probe_rounds: u32,
-    /// Significance level of "one contender is faster".
+    /// Significance level of "one contender is faster" and of the equivalence
+    /// test.
     pub alpha: f64,
 }
 
-/// Verifies `algo` at `bytes`, then times it. A wrong result (or a declined
-/// size) gives a point with that error and no samples — not a failure of the
-/// run: the candidate is simply out at this size. A failure while timing is
-/// returned with the point as far as it got.
+/// Verifies `algo` at `bytes`, then times it once (`reps`). A wrong result
+/// (or a declined size) gives a point with that error and no samples — not a
+/// failure of the run: the candidate is simply out at this size. A failure
+/// while timing is returned with the point as far as it got.
 pub fn measure_point(
     backend: &mut dyn Backend,
     key: TableKey,
@@ -56,16 +65,9 @@ pub fn measure_point(
             return Ok(point);
         }
     }
-    for round in 0..=effort.max_remeasure_rounds {
-        if let Err(e) = add_samples(backend, key, &mut point, effort.reps) {
-            point.error = Some(e.0.clone());
-            return Err((point, e));
-        }
-        if round == effort.max_remeasure_rounds
-            || stats::relative_spread(&point.samples_us) <= effort.remeasure_threshold
-        {
-            break;
-        }
+    if let Err(e) = add_samples(backend, key, &mut point, effort.reps) {
+        point.error = Some(e.0.clone());
+        return Err((point, e));
     }
     Ok(point)
 }
@@ -84,37 +86,79 @@ pub fn add_samples(
     Ok(())
 }
 
-/// Near a crossover two contenders are close, and a verdict between them is
-/// noise unless it rests on enough samples: add rounds to both until one is
-/// significantly faster or the rounds run out (then the medians decide).
+/// One round for each of `algos` in `column`, in the given order on even
+/// rounds and reversed on odd ones, so that a drift during the rounds is
+/// shared out evenly.
+pub fn interleaved_round(
+    backend: &mut dyn Backend,
+    key: TableKey,
+    column: &mut Column,
+    algos: &[Algo],
+    round: u32,
+    reps: Repetitions,
+) -> Result<(), (Algo, BackendError)> {
+    let mut order = algos.to_vec();
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    for algo in order {
+        if let Some(point) = column.get_mut(&algo) {
+            add_samples(backend, key, point, reps).map_err(|e| (algo, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the choice between `a` and `b` is made: one is significantly
+/// faster than the other, or the two are shown to be within `tolerance`.
+pub fn decided(a: &stats::Kept, b: &stats::Kept, tolerance: f64, alpha: f64) -> bool {
+    a.faster_by_margin(b, 0.0, alpha).faster
+        || b.faster_by_margin(a, 0.0, alpha).faster
+        || a.equivalent(b, tolerance, alpha)
+}
+
+/// The candidates at a size whose choice against the fastest one is still
+/// open (see [`decided`]), with the fastest first; empty when nothing is open.
+pub fn open_contest(column: &Column, tolerance: f64, alpha: f64) -> Vec<Algo> {
+    let kept: Vec<(Algo, stats::Kept)> = column
+        .iter()
+        .filter(|(_, p)| p.usable())
+        .map(|(&algo, p)| (algo, stats::Kept::of(&p.samples_us)))
+        .collect();
+    // The lowest median, as `fastest` picks it.
+    let Some((best, best_kept)) = kept.iter().min_by(|a, b| a.1.median.total_cmp(&b.1.median))
+    else {
+        return Vec::new();
+    };
+    let open: Vec<Algo> = kept
+        .iter()
+        .filter(|(algo, k)| algo != best && !decided(best_kept, k, tolerance, alpha))
+        .map(|(algo, _)| *algo)
+        .collect();
+    if open.is_empty() {
+        return open;
+    }
+    std::iter::once(*best).chain(open).collect()
+}
+
+/// Spends up to `max_rounds` extra rounds at one size, interleaved, on the
+/// candidates whose choice is still open ([`open_contest`]), until none is.
+/// Returns how many rounds it took.
 pub fn settle(
     backend: &mut dyn Backend,
     key: TableKey,
     column: &mut Column,
-    contenders: (Algo, Algo),
+    max_rounds: u32,
     effort: &Effort,
-) -> Result<(), BackendError> {
-    let (a, b) = contenders;
-    for _ in 0..effort.max_probe_rounds {
-        let (Some(pa), Some(pb)) = (column.get(&a), column.get(&b)) else {
-            return Ok(());
-        };
-        if pa.samples_us.is_empty() || pb.samples_us.is_empty() {
-            return Ok(());
+) -> Result<u32, (Algo, BackendError)> {
+    for round in 0..max_rounds {
+        let open = open_contest(column, effort.remeasure_threshold, effort.alpha);
+        if open.is_empty() {
+            return Ok(round);
         }
-        let apart = stats::faster_by_margin(&pa.samples_us, &pb.samples_us, 0.0, effort.alpha)
-            .faster
-            || stats::faster_by_margin(&pb.samples_us, &pa.samples_us, 0.0, effort.alpha).faster;
-        if apart {
-            return Ok(());
-        }
-        for algo in [a, b] {
-            if let Some(point) = column.get_mut(&algo) {
-                add_samples(backend, key, point, effort.reps)?;
-            }
-        }
+        interleaved_round(backend, key, column, &open, round, effort.reps)?;
     }
-    Ok(())
+    Ok(max_rounds)
 }
 
 /// Median (severe outliers removed) of every usable algorithm.
@@ -122,12 +166,7 @@ pub fn medians(column: &Column) -> BTreeMap<Algo, f64> {
     column
         .iter()
         .filter(|(_, p)| p.usable())
-        .map(|(&algo, p)| {
-            (
-                algo,
-                stats::median(&stats::without_severe_outliers(&p.samples_us)),
-            )
-        })
+        .map(|(&algo, p)| (algo, stats::Kept::of(&p.samples_us).median))
         .collect()
 }
 
@@ -143,4 +182,117 @@ pub fn fastest(column: &Column) -> Option<Algo> {
 /// evidence file short.
 fn round_to_ns(us: f64) -> f64 {
     (us * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::synthetic::{Drift, SyntheticBackend, SyntheticConfig};
+    use tuned_schema::{Collective, DType, Mode};
+
+    const KEY: TableKey = TableKey {
+        collective: Collective::AllReduce,
+        world_size: 8,
+        dtype: DType::Bf16,
+        mode: Mode::Graph,
+    };
+
+    fn effort() -> Effort {
+        Effort {
+            reps: Repetitions {
+                samples: 25,
+                warmup: 0,
+            },
+            remeasure_threshold: 0.03,
+            max_remeasure_rounds: 2,
+            max_probe_rounds: 3,
+            alpha: 0.01,
+        }
+    }
+
+    fn empty(algo: Algo) -> PointEvidence {
+        PointEvidence {
+            bytes: 4096,
+            algo,
+            origin: Origin::Grid,
+            verified: true,
+            error: None,
+            samples_us: Vec::new(),
+        }
+    }
+
+    /// Two identical algorithms on a machine that slows down steadily: one
+    /// measured after the other looks slower; measured in interleaved rounds,
+    /// both see the same machine.
+    #[test]
+    fn interleaved_rounds_share_a_drift() {
+        let config = || {
+            let mut config = SyntheticConfig::pure_noise(0.002, 3);
+            // A quarter cycle (a steady slow-down of 10 %) over the 8 rounds.
+            config.drift = Some(Drift {
+                amplitude: 0.1,
+                period_samples: 800.0,
+                phase: 0.0,
+            });
+            config
+        };
+        let (a, b) = (Algo::OneShotPush, Algo::Nccl);
+        let ratio = |column: &Column| {
+            let m = medians(column);
+            m[&a] / m[&b]
+        };
+        let mut backend = SyntheticBackend::new(config());
+        let mut sequential = Column::from([(a, empty(a)), (b, empty(b))]);
+        for algo in [a, b] {
+            for _ in 0..4 {
+                add_samples(
+                    &mut backend,
+                    KEY,
+                    sequential.get_mut(&algo).unwrap(),
+                    effort().reps,
+                )
+                .unwrap();
+            }
+        }
+        let mut backend = SyntheticBackend::new(config());
+        let mut interleaved = Column::from([(a, empty(a)), (b, empty(b))]);
+        for round in 0..4 {
+            interleaved_round(
+                &mut backend,
+                KEY,
+                &mut interleaved,
+                &[a, b],
+                round,
+                effort().reps,
+            )
+            .unwrap();
+        }
+        let off = |r: f64| (r - 1.0).abs();
+        assert!(off(ratio(&sequential)) > 0.02, "{}", ratio(&sequential));
+        assert!(off(ratio(&interleaved)) < 0.01, "{}", ratio(&interleaved));
+    }
+
+    /// Rounds go where the choice is open: a clearly slower candidate gets
+    /// none, two close ones get rounds until one is faster or they tie.
+    #[test]
+    fn settling_spends_rounds_only_on_open_choices() {
+        let mut backend = SyntheticBackend::new(SyntheticConfig::nominal(0.15, 4));
+        // At 34 KiB pull is 3.4 % faster than push (they cross at 32 KiB);
+        // NCCL is six times slower.
+        let bytes = 34 * 1024;
+        let mut column = Column::new();
+        for algo in backend.candidates(KEY.collective, KEY.world_size, bytes) {
+            let point =
+                measure_point(&mut backend, KEY, bytes, algo, Origin::Grid, &effort()).unwrap();
+            column.insert(algo, point);
+        }
+        let rounds = settle(&mut backend, KEY, &mut column, 12, &effort()).unwrap();
+        assert!(rounds > 0);
+        let samples = |algo| column[&algo].samples_us.len();
+        assert_eq!(samples(Algo::Nccl), 25, "NCCL is clearly out");
+        assert!(samples(Algo::OneShotPull) > 25);
+        assert!(samples(Algo::OneShotPush) > 25);
+        assert!(open_contest(&column, 0.03, 0.01).is_empty() || rounds == 12);
+        assert_eq!(fastest(&column), Some(Algo::OneShotPull));
+    }
 }

@@ -1,7 +1,9 @@
 //! The statistics every decision of the tuner rests on: robust location (median),
 //! outlier classification (Tukey fences), a seeded bootstrap confidence interval,
-//! and a significance test for "A is faster than B by more than a margin"
-//! (one-sided Mann-Whitney U, normal approximation, from statrs).
+//! a significance test for "A is faster than B by more than a margin"
+//! (one-sided Mann-Whitney U, normal approximation, computed as statrs does),
+//! an equivalence test for "A and B are within x %", distribution-free
+//! intervals of a median and of a ratio of medians, and a noise figure.
 //!
 //! Everything here is deterministic: the bootstrap draws from a ChaCha stream
 //! whose seed the caller derives from what is being summarised (see [`seed_for`]),
@@ -9,17 +11,16 @@
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use statrs::distribution::{Binomial, DiscreteCDF};
+use statrs::distribution::{ContinuousCDF, Normal};
 use statrs::statistics::{Data, OrderStatistics};
-use statrs::stats_tests::Alternative;
-use statrs::stats_tests::mannwhitneyu::{MannWhitneyUMethod, mannwhitneyu};
 use tuned_schema::Collective;
 
 /// Bootstrap resamples behind every confidence interval: enough for stable 2.5 %
 /// and 97.5 % percentiles (about 25 resamples lie beyond each).
 pub const BOOTSTRAP_RESAMPLES: usize = 1000;
 
-/// Coverage of every confidence interval the tuner reports.
+/// Coverage of the bootstrap intervals of plots (`verify` has its own,
+/// `verify::CONFIDENCE`).
 pub const CONFIDENCE: f64 = 0.95;
 
 /// The median of `samples` (mean of the two middle values for an even count).
@@ -66,8 +67,13 @@ pub struct TukeyFences {
 
 impl TukeyFences {
     pub fn of(samples: &[f64]) -> TukeyFences {
-        let q1 = quantile(samples, 0.25);
-        let q3 = quantile(samples, 0.75);
+        TukeyFences::of_sorted(&sorted(samples))
+    }
+
+    /// The fences of ascending samples.
+    fn of_sorted(sorted: &[f64]) -> TukeyFences {
+        let q1 = sorted_quantile(sorted, 0.25);
+        let q3 = sorted_quantile(sorted, 0.75);
         let iqr = q3 - q1;
         TukeyFences {
             inner_low: q1 - 1.5 * iqr,
@@ -85,6 +91,50 @@ impl TukeyFences {
         } else {
             Outlier::None
         }
+    }
+}
+
+/// A sorted copy (in `f64::total_cmp` order, NaN last).
+fn sorted(samples: &[f64]) -> Vec<f64> {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted
+}
+
+/// [`quantile`] of ascending samples, by the same arithmetic as statrs's
+/// (which selects the same order statistics in the same order), without the
+/// copies and selections statrs makes per call.
+fn sorted_quantile(sorted: &[f64], tau: f64) -> f64 {
+    let n = sorted.len();
+    if !(0.0..=1.0).contains(&tau) || n == 0 {
+        return f64::NAN;
+    }
+    // statrs's minimum and maximum are NaN when any value is.
+    let has_nan = sorted.iter().any(|v| v.is_nan());
+    let h = (n as f64 + 1.0 / 3.0) * tau + 1.0 / 3.0;
+    let hf = h as i64;
+    if hf <= 0 || tau == 0.0 {
+        return if has_nan { f64::NAN } else { sorted[0] };
+    }
+    if hf >= n as i64 || tau == 1.0 {
+        return if has_nan { f64::NAN } else { sorted[n - 1] };
+    }
+    let a = sorted[hf as usize - 1];
+    let b = sorted[hf as usize];
+    a + (h - hf as f64) * (b - a)
+}
+
+/// [`median`] of ascending samples.
+fn sorted_median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    let k = n / 2;
+    if n % 2 == 1 {
+        sorted[k]
+    } else {
+        (sorted[k - 1] + sorted[k]) / 2.0
     }
 }
 
@@ -177,37 +227,43 @@ pub fn bootstrap_median_ci(samples: &[f64], seed: u64) -> (f64, f64) {
     (medians.quantile(tail), medians.quantile(1.0 - tail))
 }
 
-/// The distribution-free 95 % interval of the median: the order statistics
-/// `x(j)` and `x(n+1-j)` with `j` the largest rank such that a Binomial(n, ½)
-/// count falls below it with probability at most 2.5 %. Exact coverage (at least
-/// 95 %) for any continuous distribution and no resampling, so the sweep can
-/// afford it after every round to decide whether a point needs more samples.
-/// With fewer than 6 samples no such rank exists and the range is returned.
-pub fn order_statistic_median_ci(samples: &[f64]) -> (f64, f64) {
+/// The distribution-free interval of the median at `confidence` in (0, 1):
+/// the order statistics `x(j)` and `x(n+1-j)` with `j` the largest rank such
+/// that a Binomial(n, ½) count falls below it with probability at most half of
+/// `1 − confidence`. Exact coverage (at least `confidence`) for any continuous
+/// distribution and no resampling, so it is cheap enough to follow every
+/// round. With too few samples for such a rank, the range.
+pub fn median_ci(samples: &[f64], confidence: f64) -> (f64, f64) {
     if samples.is_empty() {
         return (f64::NAN, f64::NAN);
     }
     let mut sorted = samples.to_vec();
     sorted.sort_by(f64::total_cmp);
     let n = sorted.len();
-    let tail = (1.0 - CONFIDENCE) / 2.0;
-    let count = Binomial::new(0.5, n as u64).expect("p = 0.5 is a valid probability");
-    // P(count ≤ j - 1) ≤ tail, largest such j ≥ 1 (1-based rank).
-    let mut j = 0;
-    while j < n / 2 && count.cdf(j as u64) <= tail {
-        j += 1;
-    }
-    let low = j.max(1);
+    let low = median_ci_rank(n, confidence);
     (sorted[low - 1], sorted[n - low])
 }
 
-/// How wide a point's samples leave its median: the half-width of
-/// [`order_statistic_median_ci`] relative to the median, after removing severe
-/// outliers. The sweep re-measures a point while this exceeds its threshold.
-pub fn relative_spread(samples: &[f64]) -> f64 {
-    let kept = without_severe_outliers(samples);
-    let (low, high) = order_statistic_median_ci(&kept);
-    (high - low) / 2.0 / median(&kept)
+/// The 1-based rank `j` of the lower end of the median's interval over `n`
+/// samples: the largest `j ≤ n/2` with P(Binomial(n, ½) ≤ j − 1) ≤ (1 −
+/// confidence) / 2, and at least 1. The binomial probabilities are summed
+/// in log space (exact for any `n`; `0.5^n` alone underflows past 1074).
+fn median_ci_rank(n: usize, confidence: f64) -> usize {
+    let tail = (1.0 - confidence) / 2.0;
+    let nf = n as f64;
+    let mut log_pmf = nf * 0.5f64.ln();
+    let mut cdf = 0.0;
+    let mut j = 0;
+    while j < n / 2 {
+        // P(count ≤ j), from P(count = j).
+        cdf += log_pmf.exp();
+        if cdf > tail {
+            break;
+        }
+        log_pmf += ((nf - j as f64) / (j as f64 + 1.0)).ln();
+        j += 1;
+    }
+    j.max(1)
 }
 
 /// Median, bootstrap CI and outlier counts of one point's samples.
@@ -245,30 +301,186 @@ pub struct Comparison {
 /// the one-sided Mann-Whitney test, so the test only passes when `fast` would
 /// still win after losing the margin. Severe outliers are removed first.
 pub fn faster_by_margin(fast: &[f64], slow: &[f64], margin: f64, alpha: f64) -> Comparison {
-    let fast = without_severe_outliers(fast);
-    let slow = without_severe_outliers(slow);
-    if fast.is_empty() || slow.is_empty() {
-        return Comparison {
-            median_ratio: f64::NAN,
-            p_value: 1.0,
-            faster: false,
+    Kept::of(fast).faster_by_margin(&Kept::of(slow), margin, alpha)
+}
+
+/// One set of samples as every comparison starts from it: severe outliers
+/// removed ([`without_severe_outliers`]), and the median of what is left.
+/// Worth keeping when one set is compared several times.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kept {
+    /// Ascending (NaN removed: it cannot be ranked).
+    pub samples: Vec<f64>,
+    /// `NaN` when nothing is left.
+    pub median: f64,
+}
+
+impl Kept {
+    pub fn of(samples: &[f64]) -> Kept {
+        let all = sorted(samples);
+        if all.iter().any(|v| v.is_nan()) {
+            // A NaN makes the rank test refuse, which reads as "not faster".
+            return Kept {
+                samples: Vec::new(),
+                median: f64::NAN,
+            };
+        }
+        let samples: Vec<f64> = if all.len() < 4 {
+            all
+        } else {
+            let fences = TukeyFences::of_sorted(&all);
+            all.into_iter()
+                .filter(|&s| fences.classify(s) != Outlier::Severe)
+                .collect()
         };
+        Kept {
+            median: sorted_median(&samples),
+            samples,
+        }
     }
-    let median_ratio = median(&fast) / median(&slow);
-    let inflated: Vec<f64> = fast.iter().map(|t| t / (1.0 - margin)).collect();
-    let p_value = mannwhitneyu(
-        &inflated,
-        &slow,
-        MannWhitneyUMethod::AsymptoticInclContinuityCorrection,
-        Alternative::Less,
-    )
-    .map(|(_, p)| p)
-    .unwrap_or(1.0);
-    Comparison {
-        median_ratio,
-        p_value,
-        faster: median_ratio < 1.0 - margin && p_value < alpha,
+
+    /// [`faster_by_margin`] of these samples against `slow`.
+    pub fn faster_by_margin(&self, slow: &Kept, margin: f64, alpha: f64) -> Comparison {
+        if self.samples.is_empty() || slow.samples.is_empty() {
+            return Comparison {
+                median_ratio: f64::NAN,
+                p_value: 1.0,
+                faster: false,
+            };
+        }
+        let median_ratio = self.median / slow.median;
+        // Scaling by a positive factor keeps the order.
+        let inflated: Vec<f64> = self.samples.iter().map(|t| t / (1.0 - margin)).collect();
+        let p_value = mann_whitney_less_sorted(&inflated, &slow.samples);
+        Comparison {
+            median_ratio,
+            p_value,
+            faster: median_ratio < 1.0 - margin && p_value < alpha,
+        }
     }
+
+    /// [`equivalent`] for kept samples.
+    pub fn equivalent(&self, other: &Kept, tolerance: f64, alpha: f64) -> bool {
+        // A negative margin asks "not slower by more than the tolerance".
+        self.faster_by_margin(other, -tolerance, alpha).faster
+            && other.faster_by_margin(self, -tolerance, alpha).faster
+    }
+}
+
+/// The one-sided p-value of the Mann-Whitney U test that `x` is
+/// stochastically less than `y`: the normal approximation with the tie and
+/// continuity corrections, computed exactly as statrs's `mannwhitneyu`
+/// (`AsymptoticInclContinuityCorrection`, `Alternative::Less`) computes it, so
+/// every decision made on recorded evidence stays the same, but in O(n log n):
+/// statrs first compares every pair of values for NaN, which makes a test on
+/// a few hundred samples cost milliseconds. 1 when either side is empty or a
+/// value is NaN (statrs's error there).
+pub fn mann_whitney_less(x: &[f64], y: &[f64]) -> f64 {
+    if x.iter().chain(y).any(|v| v.is_nan()) {
+        return 1.0;
+    }
+    let sorted = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    mann_whitney_less_sorted(&sorted(x), &sorted(y))
+}
+
+/// [`mann_whitney_less`] of two ascending, NaN-free sets: the ranks come from
+/// merging them, in O(n).
+fn mann_whitney_less_sorted(x: &[f64], y: &[f64]) -> f64 {
+    let (n1, n2) = (x.len(), y.len());
+    if n1 == 0 || n2 == 0 {
+        return 1.0;
+    }
+    // Mid-ranks of tied runs; ranks are halves of integers, so their sum is
+    // exact in any order.
+    let (mut i, mut j) = (0, 0);
+    let mut r1 = 0.0;
+    let mut tie_term: usize = 0;
+    while i < n1 || j < n2 {
+        let v = match (x.get(i), y.get(j)) {
+            (Some(&a), Some(&b)) => a.min(b),
+            (Some(&a), None) => a,
+            (None, Some(&b)) => b,
+            (None, None) => unreachable!("the loop runs while either has values"),
+        };
+        // `==`, not the bit pattern: -0 and +0 tie, as in statrs.
+        let from_x = x[i..].iter().take_while(|&&a| a == v).count();
+        let from_y = y[j..].iter().take_while(|&&b| b == v).count();
+        let count = from_x + from_y;
+        let rank = (i + j + 1) as f64 + (count as f64 - 1.0) / 2.0;
+        r1 += rank * from_x as f64;
+        tie_term += count.pow(3) - count;
+        i += from_x;
+        j += from_y;
+    }
+    let u1 = r1 - (n1 * (n1 + 1) / 2) as f64;
+    let u2 = (n1 * n2) as f64 - u1;
+    let mu = ((n1 * n2) as f64) / 2.0;
+    let (n1, n2) = (n1 as f64, n2 as f64);
+    let n = n1 + n2;
+    let s = (n1 * n2 / 12.0 * ((n + 1.0) - tie_term as f64 / (n * (n - 1.0)))).sqrt();
+    let z = (u2 - mu - 0.5) / s;
+    (1.0 - Normal::default().cdf(z)).clamp(0.0, 1.0)
+}
+
+/// Are `a` and `b` equivalent within `tolerance` (a fraction, e.g. 0.03)? Two
+/// one-sided tests at level `alpha` (TOST): `a` is significantly less than
+/// `1 + tolerance` times `b`, and `b` than `1 + tolerance` times `a`. Equivalence
+/// is what has to be shown for a tie: "not significantly different" is also
+/// what too few samples give.
+pub fn equivalent(a: &[f64], b: &[f64], tolerance: f64, alpha: f64) -> bool {
+    Kept::of(a).equivalent(&Kept::of(b), tolerance, alpha)
+}
+
+/// The ratio of two medians with a confidence interval.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RatioInterval {
+    /// `median(a) / median(b)`, severe outliers removed from each.
+    pub ratio: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+/// `median(a) / median(b)` with an interval at `confidence`: each median's
+/// distribution-free interval ([`median_ci`]) in log space, combined by the
+/// method of variance estimates recovery (Zou and Donner's MOVER: the distance
+/// of each end from the estimate is the root of the squared distances of the
+/// two intervals' corresponding ends). Cheap enough to follow every round,
+/// and asymmetric where the samples are. `None` when either side is empty.
+pub fn median_ratio_interval(a: &[f64], b: &[f64], confidence: f64) -> Option<RatioInterval> {
+    let a = without_severe_outliers(a);
+    let b = without_severe_outliers(b);
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let (ma, mb) = (median(&a).ln(), median(&b).ln());
+    let (a_low, a_high) = median_ci(&a, confidence);
+    let (b_low, b_high) = median_ci(&b, confidence);
+    let (a_low, a_high, b_low, b_high) = (a_low.ln(), a_high.ln(), b_low.ln(), b_high.ln());
+    let d = ma - mb;
+    let below = ((ma - a_low).powi(2) + (b_high - mb).powi(2)).sqrt();
+    let above = ((a_high - ma).powi(2) + (mb - b_low).powi(2)).sqrt();
+    Some(RatioInterval {
+        ratio: d.exp(),
+        low: (d - below).exp(),
+        high: (d + above).exp(),
+    })
+}
+
+/// The spread of single samples relative to their typical value: the
+/// interquartile range of the log samples over 1.349 (the IQR of a standard
+/// normal), so log-normal noise of coefficient of variation c reads about c
+/// for small c. Robust to glitches, which a standard deviation is not. `NaN`
+/// for fewer than 4 samples.
+pub fn relative_noise(samples: &[f64]) -> f64 {
+    if samples.len() < 4 || samples.iter().any(|&s| s <= 0.0) {
+        return f64::NAN;
+    }
+    let logs: Vec<f64> = samples.iter().map(|s| s.ln()).collect();
+    (quantile(&logs, 0.75) - quantile(&logs, 0.25)) / 1.349
 }
 
 /// A stable 64-bit seed for the bootstrap of one named thing (FNV-1a of its
@@ -352,22 +564,15 @@ mod tests {
     }
 
     #[test]
-    fn order_statistic_interval_matches_the_binomial_table() {
+    fn median_interval_matches_the_binomial_table() {
         // For n = 25 the classic table gives ranks 8 and 18 (coverage 95.7 %).
         let samples: Vec<f64> = (1..=25).map(f64::from).collect();
-        assert_eq!(order_statistic_median_ci(&samples), (8.0, 18.0));
+        assert_eq!(median_ci(&samples, 0.95), (8.0, 18.0));
         // For n = 100: ranks 40 and 61.
         let samples: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(order_statistic_median_ci(&samples), (40.0, 61.0));
+        assert_eq!(median_ci(&samples, 0.95), (40.0, 61.0));
         // Too few samples for 95 %: the whole range.
-        assert_eq!(order_statistic_median_ci(&[3.0, 1.0, 2.0]), (1.0, 3.0));
-    }
-
-    #[test]
-    fn spread_shrinks_with_more_samples() {
-        let few = relative_spread(&noisy(10.0, 0.05, 25, 1));
-        let many = relative_spread(&noisy(10.0, 0.05, 400, 1));
-        assert!(many < few / 2.0, "{few} → {many}");
+        assert_eq!(median_ci(&[3.0, 1.0, 2.0], 0.95), (1.0, 3.0));
     }
 
     #[test]
@@ -400,6 +605,134 @@ mod tests {
         }
         // Testing the margin makes a false call far rarer than alpha.
         assert!(wins <= 1, "{wins} false calls out of 200");
+    }
+
+    #[test]
+    fn mann_whitney_matches_statrs_exactly() {
+        use statrs::stats_tests::Alternative;
+        use statrs::stats_tests::mannwhitneyu::{MannWhitneyUMethod, mannwhitneyu};
+        let reference = |x: &[f64], y: &[f64]| {
+            mannwhitneyu(
+                x,
+                y,
+                MannWhitneyUMethod::AsymptoticInclContinuityCorrection,
+                Alternative::Less,
+            )
+            .map(|(_, p)| p)
+            .unwrap_or(1.0)
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for case in 0..300 {
+            let (n1, n2) = (rng.random_range(1..60), rng.random_range(1..60));
+            let shift = rng.random::<f64>() * 0.2 - 0.1;
+            // Rounded to a few steps in some cases, so that ties are common.
+            let step = [0.0, 0.01, 0.1][case % 3];
+            let draw = |rng: &mut ChaCha8Rng, n: usize, shift: f64| -> Vec<f64> {
+                (0..n)
+                    .map(|_| {
+                        let v: f64 = 10.0 + shift + rng.random::<f64>();
+                        if step > 0.0 {
+                            (v / step).round() * step
+                        } else {
+                            v
+                        }
+                    })
+                    .collect()
+            };
+            let x = draw(&mut rng, n1, shift);
+            let y = draw(&mut rng, n2, 0.0);
+            assert_eq!(mann_whitney_less(&x, &y), reference(&x, &y), "case {case}");
+        }
+        let same = [1.0; 5];
+        assert_eq!(mann_whitney_less(&same, &same), reference(&same, &same));
+        assert_eq!(mann_whitney_less(&[], &same), 1.0);
+        assert_eq!(mann_whitney_less(&[f64::NAN], &same), 1.0);
+    }
+
+    #[test]
+    fn sorted_order_statistics_match_statrs() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for n in 1..80 {
+            let samples: Vec<f64> = (0..n)
+                .map(|_| (rng.random::<f64>() * 50.0).round())
+                .collect();
+            let s = sorted(&samples);
+            for tau in [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0] {
+                let (a, b) = (sorted_quantile(&s, tau), quantile(&samples, tau));
+                assert!(
+                    a == b || (a.is_nan() && b.is_nan()),
+                    "n {n} tau {tau}: {a} {b}"
+                );
+            }
+            assert_eq!(sorted_median(&s), median(&samples));
+            let kept = Kept::of(&samples);
+            let mut old = without_severe_outliers(&samples);
+            old.sort_by(f64::total_cmp);
+            assert_eq!(kept.samples, old);
+            assert_eq!(kept.median, median(&without_severe_outliers(&samples)));
+        }
+    }
+
+    #[test]
+    fn median_intervals_at_any_confidence() {
+        // The exact rank against the normal approximation, for large n.
+        for n in [500usize, 2000, 5000] {
+            let samples: Vec<f64> = (1..=n).map(|i| i as f64).collect();
+            let (low, _) = median_ci(&samples, 0.95);
+            let approx = n as f64 / 2.0 - 1.96 * (n as f64).sqrt() / 2.0;
+            assert!((low - approx).abs() <= 2.0, "n {n}: {low} vs {approx}");
+            let (narrow, _) = median_ci(&samples, 0.5);
+            assert!(narrow > low);
+        }
+    }
+
+    #[test]
+    fn equivalence_needs_evidence() {
+        let a = noisy(10.0, 0.01, 50, 1);
+        let b = noisy(10.05, 0.01, 50, 2);
+        assert!(equivalent(&a, &b, 0.03, 0.01), "0.5% apart, 1% noise");
+        // The same medians with 20 % noise and few samples: no tie shown.
+        let a = noisy(10.0, 0.2, 25, 1);
+        let b = noisy(10.05, 0.2, 25, 2);
+        assert!(!equivalent(&a, &b, 0.03, 0.01));
+        let far = noisy(11.0, 0.01, 50, 3);
+        assert!(!equivalent(&noisy(10.0, 0.01, 50, 4), &far, 0.03, 0.01));
+    }
+
+    #[test]
+    fn ratio_intervals_cover_the_true_ratio() {
+        let mut covered = 0;
+        for seed in 0..400 {
+            let a = noisy(11.0, 0.1, 40, seed);
+            let b = noisy(10.0, 0.1, 40, seed + 10_000);
+            let r = median_ratio_interval(&a, &b, 0.95).unwrap();
+            assert!(r.low <= r.ratio && r.ratio <= r.high);
+            if r.low <= 1.1 && 1.1 <= r.high {
+                covered += 1;
+            }
+        }
+        // Each median's interval covers at least 95 %: the combination too.
+        assert!((370..=400).contains(&covered), "{covered} of 400");
+        assert!(median_ratio_interval(&[], &[1.0], 0.95).is_none());
+    }
+
+    #[test]
+    fn relative_noise_reads_the_coefficient_of_variation() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        for cv in [0.01, 0.05, 0.2] {
+            let sigma = (1.0f64 + cv * cv).ln().sqrt();
+            let samples: Vec<f64> = (0..4000)
+                .map(|_| {
+                    // Box-Muller.
+                    let (u1, u2): (f64, f64) = (1.0 - rng.random::<f64>(), rng.random());
+                    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                    (sigma * z).exp()
+                })
+                .collect();
+            let read = relative_noise(&samples);
+            assert!((read / cv - 1.0).abs() < 0.1, "cv {cv}: read {read}");
+        }
+        assert!(relative_noise(&[1.0, 2.0]).is_nan());
     }
 
     #[test]

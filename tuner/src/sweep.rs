@@ -1,6 +1,16 @@
 //! `sweep`: measure every candidate algorithm of every key over the size grid,
-//! re-measure points whose spread is too wide, and bisect between grid points
-//! where the fastest algorithm changes, recording every sample as evidence.
+//! spend more samples where the choice at a size is close, and probe between
+//! grid points wherever the fastest algorithm changes, recording every sample
+//! as evidence.
+//!
+//! Probing: between two neighbouring measured sizes whose fastest algorithms
+//! differ (by the medians, significant or not), the geometric midpoint is
+//! measured and settled like any size, and each half is probed again, until
+//! the two sizes are within `bisect_resolution` of each other, the two
+//! algorithms are shown to be within `edge_tolerance` of each other at both
+//! ends (then any edge between them costs less than that), or the bracket's
+//! `max_bisect_steps` probes are spent. A third algorithm that wins
+//! at a probe gets its own edges the same way.
 //!
 //! Every rank agrees on every choice by construction: one process drives all
 //! ranks, a sample is the maximum over ranks, and the choice is made once from
@@ -19,6 +29,12 @@ use crate::measure::{self, Column, Effort};
 use crate::observe::{Observer, RunStatus};
 use crate::stats;
 
+/// Extra rounds a close choice may get at a grid point, by default.
+pub const DEFAULT_REMEASURE_ROUNDS: u32 = 16;
+
+/// Extra rounds a close choice may get at a probe, by default.
+pub const DEFAULT_PROBE_ROUNDS: u32 = 16;
+
 /// What to sweep and how hard.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SweepSettings {
@@ -30,27 +46,34 @@ pub struct SweepSettings {
     pub min_bytes: u64,
     pub max_bytes: u64,
     pub reps: Repetitions,
-    /// Re-measure a point while the half-width of its median's 95 % CI
-    /// (distribution-free, see [`stats::relative_spread`]) exceeds this
-    /// fraction of the median…
+    /// Two candidates at a size are a tie once an equivalence test shows
+    /// their medians within this fraction of each other; until then, and
+    /// until one is significantly faster, the choice between them is close…
     pub remeasure_threshold: f64,
-    /// …at most this many extra rounds of `reps.samples`.
+    /// …and gets up to this many extra rounds of `reps.samples` at a grid
+    /// point…
     pub max_remeasure_rounds: u32,
-    /// Stop bisecting when the bracketing sizes are within this fraction.
+    /// Stop probing when the bracketing sizes are within this fraction…
     pub bisect_resolution: f64,
-    /// At most this many probes per bracket.
+    /// …or when the two algorithms are shown (an equivalence test at
+    /// `alpha`) to be within this fraction of each other at both sizes:
+    /// then no edge between them costs more.
+    pub edge_tolerance: f64,
+    /// At most this many probes between two grid points.
     pub max_bisect_steps: u32,
-    /// Extra rounds of samples a probe may get while its two contenders are
-    /// not significantly apart.
+    /// …and up to this many at a probe.
     pub max_probe_rounds: u32,
-    /// Significance level for "the fastest algorithm really changed here".
+    /// Significance level of "one candidate is faster" and of the
+    /// equivalence test.
     pub alpha: f64,
 }
 
 impl Default for SweepSettings {
-    /// Sized for the budget: all-reduce and all-gather × 3 dtypes × 2
-    /// modes for one world size in under 3 minutes on an 8-GPU node (48 grid
-    /// sizes, 25 samples each; GPU noise is 1–3 %, so re-measures are rare).
+    /// Sized for a budget: all-reduce and all-gather × 3 dtypes × 2 modes for
+    /// one world size in under 3 minutes on 2 x H200 (48 grid sizes, 25
+    /// samples each). There the per-sample noise is about 1 %, so nearly
+    /// every choice is settled by the first round and the extra rounds go to
+    /// the few sizes where two candidates are within a few percent.
     fn default() -> Self {
         SweepSettings {
             collectives: Collective::ALL.to_vec(),
@@ -64,10 +87,11 @@ impl Default for SweepSettings {
                 warmup: 5,
             },
             remeasure_threshold: 0.03,
-            max_remeasure_rounds: 2,
+            max_remeasure_rounds: DEFAULT_REMEASURE_ROUNDS,
             bisect_resolution: 0.02,
+            edge_tolerance: 0.01,
             max_bisect_steps: 8,
-            max_probe_rounds: 3,
+            max_probe_rounds: DEFAULT_PROBE_ROUNDS,
             alpha: 0.01,
         }
     }
@@ -299,14 +323,14 @@ impl KeyRun<'_> {
             self.measure_size(bytes, Origin::Grid, observer)?;
         }
         for pair in plan.sizes.windows(2) {
-            if let Some((below, above)) = self.winner_changes(pair[0], pair[1]) {
-                self.bisect(pair[0], pair[1], below, above, plan.align, observer)?;
-            }
+            let mut budget = self.settings.max_bisect_steps;
+            self.probe(pair[0], pair[1], plan.align, &mut budget, observer)?;
         }
         Ok(())
     }
 
-    /// Verifies and measures every candidate at `bytes`.
+    /// Verifies and measures every candidate at `bytes`, then settles the
+    /// close choices there.
     fn measure_size(
         &mut self,
         bytes: u64,
@@ -345,7 +369,18 @@ impl KeyRun<'_> {
             }
             observer.point_done(&self.key, bytes, algo);
         }
-        Ok(())
+        if observer.should_stop() {
+            return Err(Stop::Interrupted);
+        }
+        let rounds = match origin {
+            Origin::Grid => self.settings.max_remeasure_rounds,
+            Origin::Bisect => self.settings.max_probe_rounds,
+        };
+        let column = self.columns.entry(bytes).or_default();
+        let settled = measure::settle(&mut *self.backend, self.key, column, rounds, &self.effort);
+        settled
+            .map(|_| ())
+            .map_err(|(algo, e)| self.failed(bytes, algo, &e))
     }
 
     fn failed(&self, bytes: u64, algo: Algo, error: &BackendError) -> Stop {
@@ -367,9 +402,10 @@ impl KeyRun<'_> {
             .unwrap_or(&[])
     }
 
-    /// The two algorithms to bisect between, when the fastest one at `low`
-    /// differs from the fastest at `high`, both run at both sizes, and the
-    /// change is significant at one end (so noise between equals is not chased).
+    /// The two algorithms to probe between: the fastest at `low` and the
+    /// fastest at `high`, when they differ (significantly or not), both ran at
+    /// both sizes, and they are not shown to be within the edge tolerance of
+    /// each other at both (then every edge between the two sizes costs less).
     fn winner_changes(&self, low: u64, high: u64) -> Option<(Algo, Algo)> {
         let below = measure::fastest(self.column(low)?)?;
         let above = measure::fastest(self.column(high)?)?;
@@ -383,64 +419,47 @@ impl KeyRun<'_> {
         if !both_run(low) || !both_run(high) {
             return None;
         }
-        let alpha = self.settings.alpha;
-        let clear_below = stats::faster_by_margin(
-            self.samples(low, below),
-            self.samples(low, above),
-            0.0,
-            alpha,
-        );
-        let clear_above = stats::faster_by_margin(
-            self.samples(high, above),
-            self.samples(high, below),
-            0.0,
-            alpha,
-        );
-        (clear_below.faster || clear_above.faster).then_some((below, above))
+        let tie = |bytes| {
+            stats::equivalent(
+                self.samples(bytes, below),
+                self.samples(bytes, above),
+                self.settings.edge_tolerance,
+                self.effort.alpha,
+            )
+        };
+        (!(tie(low) && tie(high))).then_some((below, above))
     }
 
-    /// Probes geometric midpoints between `low` (where `below` is faster) and
-    /// `high` (where `above` is) until the bracket is within the resolution.
-    fn bisect(
+    /// Probes the geometric midpoint of `low` and `high` while the fastest
+    /// algorithm changes between them (see [`KeyRun::winner_changes`]), then
+    /// each half, depth first, until the bracket is within the resolution or
+    /// `budget` probes are spent.
+    fn probe(
         &mut self,
-        mut low: u64,
-        mut high: u64,
-        below: Algo,
-        above: Algo,
+        low: u64,
+        high: u64,
         align: u64,
+        budget: &mut u32,
         observer: &mut dyn Observer,
     ) -> Result<(), Stop> {
-        for _ in 0..self.settings.max_bisect_steps {
-            if high as f64 / low as f64 - 1.0 <= self.settings.bisect_resolution {
-                break;
-            }
-            let Some(mid) = grid::midpoint(low, high, align) else {
-                break;
-            };
-            let count = self
-                .backend
-                .candidates(self.key.collective, self.key.world_size, mid)
-                .len();
-            observer.points_added(count as u64);
-            self.measure_size(mid, Origin::Bisect, observer)?;
-            let column = self.columns.entry(mid).or_default();
-            measure::settle(
-                &mut *self.backend,
-                self.key,
-                column,
-                (below, above),
-                &self.effort,
-            )
-            .map_err(|e| self.failed(mid, below, &e))?;
-            let medians = measure::medians(self.column(mid).expect("measured above"));
-            match (medians.get(&below), medians.get(&above)) {
-                (Some(b), Some(a)) if b <= a => low = mid,
-                (Some(_), Some(_)) => high = mid,
-                // One of the two failed verification here: nothing to refine.
-                _ => break,
-            }
+        if *budget == 0 || high as f64 / low as f64 - 1.0 <= self.settings.bisect_resolution {
+            return Ok(());
         }
-        Ok(())
+        if self.winner_changes(low, high).is_none() {
+            return Ok(());
+        }
+        let Some(mid) = grid::midpoint(low, high, align) else {
+            return Ok(());
+        };
+        *budget -= 1;
+        let count = self
+            .backend
+            .candidates(self.key.collective, self.key.world_size, mid)
+            .len();
+        observer.points_added(count as u64);
+        self.measure_size(mid, Origin::Bisect, observer)?;
+        self.probe(low, mid, align, budget, observer)?;
+        self.probe(mid, high, align, budget, observer)
     }
 }
 
@@ -496,7 +515,7 @@ mod tests {
 
     #[test]
     fn bisection_adds_points_near_each_crossover() {
-        let mut backend = SyntheticBackend::new(SyntheticConfig::planted(0.01, 5));
+        let mut backend = SyntheticBackend::new(SyntheticConfig::nominal(0.01, 5));
         let outcome = sweep(&mut backend, &small_settings(), "2026-01-01", &mut Quiet).unwrap();
         assert_eq!(outcome.status, RunStatus::Complete);
         assert!(outcome.evidence.complete);
@@ -562,19 +581,90 @@ mod tests {
     }
 
     #[test]
-    fn wide_points_are_remeasured() {
-        let mut backend = SyntheticBackend::new(SyntheticConfig::planted(0.2, 1));
+    fn samples_go_where_the_choice_is_close() {
+        let mut backend = SyntheticBackend::new(SyntheticConfig::nominal(0.2, 1));
         let mut settings = small_settings();
-        settings.max_bytes = 1024;
+        // Push and pull cross at 32 KiB; two-shot and NCCL are two and six
+        // times slower there.
+        settings.min_bytes = 16 * 1024;
+        settings.max_bytes = 64 * 1024;
         let outcome = sweep(&mut backend, &settings, "2026-01-01", &mut Quiet).unwrap();
-        // 20 % noise never gets a 3 % half-width from 25 samples: every point
-        // gets all its rounds.
-        let rounds = settings.max_remeasure_rounds as usize + 1;
-        assert!(
-            outcome.evidence.keys[0]
-                .points
+        let reps = settings.reps.samples as usize;
+        let points = &outcome.evidence.keys[0].points;
+        for p in points {
+            if matches!(p.algo, Algo::Nccl | Algo::TwoShotPull) {
+                assert_eq!(p.samples_us.len(), reps, "{} {:?}", p.bytes, p.algo);
+            }
+        }
+        let near = |algo| {
+            points
                 .iter()
-                .all(|p| p.samples_us.len() == rounds * settings.reps.samples as usize)
+                .any(|p| p.algo == algo && p.bytes == 32 * 1024 && p.samples_us.len() > reps)
+        };
+        assert!(near(Algo::OneShotPush) && near(Algo::OneShotPull));
+        let most = settings.max_remeasure_rounds.max(settings.max_probe_rounds) as usize + 1;
+        assert!(points.iter().all(|p| p.samples_us.len() <= most * reps));
+    }
+
+    /// The case where probing only after a significant change missed an edge:
+    /// two algorithms cross between two grid points, 6 % apart at both, which 20 % noise leaves insignificant at both in three rounds
+    /// (all that a point of that noise used to get). The change of winner
+    /// alone is probed.
+    #[test]
+    fn a_change_of_winner_is_probed_even_when_not_significant() {
+        let mut config = SyntheticConfig::nominal(0.2, 3);
+        let models = &mut config.models;
+        models.retain(|&(c, a), _| c != Collective::AllReduce || a == Algo::Nccl);
+        let nccl = crate::backend::synthetic::LatencyModel {
+            alpha_us: 10.0,
+            bytes_per_us: 100.0,
+            step: None,
+        };
+        // Push is 6 % slower at 1 KiB and meets NCCL at 1254 B, half-way
+        // to 1.5 KiB (where it is 6 % faster).
+        let at = 1254.0;
+        let (t1, t_at) = (1.06 * nccl.time_us(1024), nccl.time_us(at as u64));
+        let per_byte = (t_at - t1) / (at - 1024.0);
+        let push = crate::backend::synthetic::LatencyModel {
+            alpha_us: t_at - per_byte * at,
+            bytes_per_us: 1.0 / per_byte,
+            step: None,
+        };
+        models.insert((Collective::AllReduce, Algo::Nccl), nccl);
+        models.insert((Collective::AllReduce, Algo::OneShotPush), push);
+        let mut backend = SyntheticBackend::new(config);
+        let mut settings = small_settings();
+        settings.min_bytes = 1024;
+        settings.max_bytes = 1536;
+        let outcome = sweep(&mut backend, &settings, "2026-01-01", &mut Quiet).unwrap();
+        let points = &outcome.evidence.keys[0].points;
+        let three_rounds = 3 * settings.reps.samples as usize;
+        let samples = |bytes, algo| {
+            let p = points.iter().find(|p| p.bytes == bytes && p.algo == algo);
+            let s = &p.unwrap().samples_us;
+            s[..three_rounds.min(s.len())].to_vec()
+        };
+        for bytes in [1024, 1536] {
+            let (n, p) = (
+                samples(bytes, Algo::Nccl),
+                samples(bytes, Algo::OneShotPush),
+            );
+            assert!(
+                !stats::faster_by_margin(&n, &p, 0.0, 0.01).faster
+                    && !stats::faster_by_margin(&p, &n, 0.0, 0.01).faster,
+                "significant at {bytes} (medians {} and {}): not the case meant",
+                stats::median(&n),
+                stats::median(&p)
+            );
+        }
+        let probes: Vec<u64> = points
+            .iter()
+            .filter(|p| p.origin == Origin::Bisect)
+            .map(|p| p.bytes)
+            .collect();
+        assert!(
+            probes.iter().any(|&b| (b as f64 / at - 1.0).abs() < 0.05),
+            "no probe near {at}: {probes:?}"
         );
     }
 }

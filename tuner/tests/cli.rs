@@ -27,7 +27,7 @@ fn gpu_commands_refuse_in_one_line_without_a_gpu() {
     let dir = common::scratch("no-gpu");
     for args in [
         vec!["sweep", "--out", dir.to_str().unwrap()],
-        vec!["verify", "tuned/sm90-nvlink.toml"],
+        vec!["verify", "../tuned/sm90-nvlink.toml"],
         vec!["bench", "--sizes", "4KiB"],
     ] {
         let out = tuner(&args);
@@ -41,6 +41,19 @@ fn gpu_commands_refuse_in_one_line_without_a_gpu() {
         );
         assert!(!stderr.contains("panicked"));
     }
+}
+
+/// `verify` reads its file before it looks for a GPU: a wrong path is
+/// reported as such on any machine.
+#[test]
+fn verify_checks_its_file_first() {
+    let out = tuner(&["verify", "/nonexistent/sm90-nvlink.toml"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("tuner: cannot read /nonexistent/sm90-nvlink.toml"),
+        "{stderr}"
+    );
 }
 
 /// A bad argument to `verify` is an error with one reason, never a FAIL

@@ -110,9 +110,7 @@ impl DeviceFault {
 
 impl FaultSite {
     fn describe(&self) -> String {
-        let kernel = self
-            .kernel
-            .map_or("an unknown kernel", Kernel::describe);
+        let kernel = self.kernel.map_or("an unknown kernel", Kernel::describe);
         let phase = match self.phase {
             Some(WaitPhase::Data) => "waiting for pushed data",
             Some(WaitPhase::Barrier1) => "barrier 1",

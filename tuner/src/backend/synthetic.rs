@@ -1,19 +1,21 @@
 //! A measurement backend without a GPU, for tests and demonstrations: every
 //! algorithm follows a latency model `t(bytes) = alpha + bytes / bandwidth` (plus
-//! an optional step past a cache size), and samples carry multiplicative
-//! log-normal noise of a chosen coefficient of variation, from a seeded ChaCha
-//! stream (same seed and same calls → same samples).
+//! an optional step past a cache size), and samples carry multiplicative noise
+//! from a seeded ChaCha stream (same seed and same calls → same samples).
 //!
-//! The noise is median-preserving (`t × exp(σ z)`), so the median of many
-//! samples converges on the model and the planted crossovers, which
-//! [`SyntheticBackend::crossover`] computes exactly, are where the medians cross.
+//! The noise is median-preserving (`t × exp(σ z)`, `z` Gaussian or, for the
+//! heavy-tailed shape, Student-t), so the median of many samples converges on
+//! the model and the planted crossovers, which [`SyntheticBackend::crossover`]
+//! computes exactly, are where the medians cross. An optional drift multiplies
+//! every sample by a slow wave over the backend's clock (the samples drawn so
+//! far), as a GPU's clocks and temperature move during a run: it moves all
+//! algorithms alike, so only measurements taken at different times disagree.
 
 use std::collections::BTreeMap;
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use statrs::distribution::{ContinuousCDF, Normal};
-use tuned_schema::{Algo, Arch, Capacity, CapacityEntry, Collective, Link, Mode, TableKey};
+use tuned_schema::{Algo, Arch, Capacity, CapacityEntry, Collective, DType, Link, Mode, TableKey};
 
 use super::{Backend, BackendError, PlatformDesc, Repetitions, Validated};
 
@@ -67,6 +69,33 @@ pub fn planted_lines(
     lines
 }
 
+/// The shape of the per-sample noise; its scale is [`SyntheticConfig::noise_cv`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoiseShape {
+    /// Log-normal: `exp(σ z)`, `z` standard normal, σ² = ln(1 + CV²), so the
+    /// coefficient of variation is exactly `noise_cv`.
+    LogNormal,
+    /// Heavy-tailed: `z` is Student-t with 3 degrees of freedom scaled to unit
+    /// variance, with the same σ. Its centre is as wide as the log-normal's
+    /// but single samples land far out far more often (a context switch, an
+    /// interrupt), which the mean and the standard deviation do not survive.
+    HeavyTailed,
+}
+
+/// A slow multiplicative wave on every sample, `1 + amplitude · sin(2π n /
+/// period + phase)` after `n` samples drawn: clocks and temperature moving
+/// during a run. It shifts every algorithm alike, so only measurements taken
+/// at different times disagree.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Drift {
+    /// Fraction, e.g. 0.05 for ±5 %.
+    pub amplitude: f64,
+    /// Samples per cycle.
+    pub period_samples: f64,
+    /// Radians at the first sample.
+    pub phase: f64,
+}
+
 /// Everything that defines a synthetic platform.
 #[derive(Clone, Debug)]
 pub struct SyntheticConfig {
@@ -76,11 +105,19 @@ pub struct SyntheticConfig {
     pub capacities: Vec<CapacityEntry>,
     /// Per collective and algorithm. An algorithm without a model is not offered.
     pub models: BTreeMap<(Collective, Algo), LatencyModel>,
+    /// Keys with lines of their own (planted crossovers of their own); every
+    /// other key uses `models`. Which algorithms are offered is `models`'s
+    /// business either way.
+    pub key_models: BTreeMap<TableKey, BTreeMap<Algo, LatencyModel>>,
     /// Added to every algorithm's latency in eager mode (a launch costs more
     /// than a graph replay); the same for all, so crossovers do not move.
     pub eager_overhead_us: f64,
-    /// Coefficient of variation of the multiplicative noise (0.05 = 5 %).
+    /// Scale of the multiplicative noise, as a coefficient of variation
+    /// (0.05 = 5 %; for the heavy-tailed shape, that of the log-normal with
+    /// the same σ).
     pub noise_cv: f64,
+    pub noise_shape: NoiseShape,
+    pub drift: Option<Drift>,
     /// Fraction of samples that are glitches three times too slow.
     pub outlier_rate: f64,
     /// Algorithms whose results are wrong: `verify` fails for them.
@@ -91,19 +128,62 @@ pub struct SyntheticConfig {
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
+/// Per-byte speed-up of each planted algorithm over the one before it.
+const PLANTED_GAIN: f64 = 4.0;
+
+/// How far (in octaves, either way) [`SyntheticConfig::planted`] moves each
+/// crossover from its nominal size.
+pub const PLANTED_SPREAD_OCTAVES: f64 = 0.5;
+
 impl SyntheticConfig {
-    /// An H200-like platform with planted crossovers (see [`planted_lines`]) and the
-    /// default capacities, at the given noise level.
+    /// An H200-like platform with planted crossovers (see [`planted_lines`])
+    /// and the default capacities, at the given noise level. Every key (world
+    /// size, dtype, mode) has crossovers of its own, each at a seeded random
+    /// size within half an octave of its nominal one
+    /// ([`planted_crossovers`]): they fall between the sweep's grid points,
+    /// as on real hardware, and are exactly known
+    /// ([`SyntheticConfig::planted_steps`]).
     pub fn planted(noise_cv: f64, seed: u64) -> SyntheticConfig {
-        let start = LatencyModel {
-            alpha_us: 3.0,
-            bytes_per_us: 4000.0,
-            step: None,
-        };
+        let mut config = SyntheticConfig::nominal(noise_cv, seed);
+        let start = nominal_start();
+        let mut positions = ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
+        for &world_size in &config.world_sizes {
+            for collective in Collective::ALL {
+                for dtype in DType::ALL {
+                    for mode in Mode::ALL {
+                        let key = TableKey {
+                            collective,
+                            world_size,
+                            dtype,
+                            mode,
+                        };
+                        let (first, steps) = planted_crossovers(collective);
+                        let moved: Vec<(Algo, u64)> = steps
+                            .iter()
+                            .map(|&(algo, at)| {
+                                let octaves = (positions.random::<f64>() * 2.0 - 1.0)
+                                    * PLANTED_SPREAD_OCTAVES;
+                                (algo, (at as f64 * octaves.exp2()).round() as u64)
+                            })
+                            .collect();
+                        let lines = planted_lines((first, start), &moved, PLANTED_GAIN);
+                        config.key_models.insert(key, lines.into_iter().collect());
+                    }
+                }
+            }
+        }
+        config
+    }
+
+    /// [`SyntheticConfig::planted`] with every crossover at its nominal size
+    /// ([`planted_crossovers`]), the same for every key. Those sizes are on
+    /// the sweep grid; tests that reshape one collective's lines start here.
+    pub fn nominal(noise_cv: f64, seed: u64) -> SyntheticConfig {
+        let start = nominal_start();
         let mut models = BTreeMap::new();
         for collective in Collective::ALL {
             let (first, steps) = planted_crossovers(collective);
-            for (algo, model) in planted_lines((first, start), steps, 4.0) {
+            for (algo, model) in planted_lines((first, start), steps, PLANTED_GAIN) {
                 models.insert((collective, algo), model);
             }
         }
@@ -118,8 +198,11 @@ impl SyntheticConfig {
             world_sizes: vec![2, 4, 8],
             capacities,
             models,
+            key_models: BTreeMap::new(),
             eager_overhead_us: 4.0,
             noise_cv,
+            noise_shape: NoiseShape::LogNormal,
+            drift: None,
             outlier_rate: 0.0,
             broken: Vec::new(),
             seed,
@@ -133,16 +216,55 @@ impl SyntheticConfig {
             bytes_per_us: 50_000.0,
             step: None,
         };
-        let mut config = SyntheticConfig::planted(noise_cv, seed);
+        let mut config = SyntheticConfig::nominal(noise_cv, seed);
         for model in config.models.values_mut() {
             *model = same;
         }
         config
     }
+
+    /// The model of `algo` for `key`: the key's own, else the collective's.
+    pub fn model(&self, key: TableKey, algo: Algo) -> Option<LatencyModel> {
+        match self.key_models.get(&key) {
+            Some(models) => models.get(&algo).copied(),
+            None => self.models.get(&(key.collective, algo)).copied(),
+        }
+    }
+
+    /// The planted sequence of `key`: its first algorithm, then each next one
+    /// with the size (in bytes, not rounded to a size anyone measures) from
+    /// which it is fastest. Derived from the lines, so it is exact for
+    /// [`SyntheticConfig::planted`] and [`SyntheticConfig::nominal`] alike.
+    pub fn planted_steps(&self, key: TableKey) -> (Algo, Vec<(Algo, f64)>) {
+        let (first, steps) = planted_crossovers(key.collective);
+        let mut below = first;
+        let mut out = Vec::new();
+        for &(above, _) in steps {
+            if let (Some(a), Some(b)) = (self.model(key, below), self.model(key, above)) {
+                out.push((above, crossing(&a, &b)));
+            }
+            below = above;
+        }
+        (first, out)
+    }
 }
 
-/// The planted sequence per collective: the first algorithm, then each next one
-/// with the size from which it is fastest.
+/// The first planted line: a small fixed cost and a low bandwidth.
+fn nominal_start() -> LatencyModel {
+    LatencyModel {
+        alpha_us: 3.0,
+        bytes_per_us: 4000.0,
+        step: None,
+    }
+}
+
+/// Where line `b` (the faster per byte) meets line `a`.
+fn crossing(a: &LatencyModel, b: &LatencyModel) -> f64 {
+    (b.alpha_us - a.alpha_us) / (1.0 / a.bytes_per_us - 1.0 / b.bytes_per_us)
+}
+
+/// The nominal planted sequence per collective: the first algorithm, then each
+/// next one with the size from which it is fastest.
 pub fn planted_crossovers(collective: Collective) -> (Algo, &'static [(Algo, u64)]) {
     match collective {
         Collective::AllReduce => (Algo::OneShotPush, PLANTED_ALL_REDUCE),
@@ -182,7 +304,8 @@ pub fn default_capacities() -> Vec<CapacityEntry> {
 pub struct SyntheticBackend {
     config: SyntheticConfig,
     rng: ChaCha8Rng,
-    standard_normal: Normal,
+    /// Samples drawn so far: the clock the drift follows.
+    clock: u64,
 }
 
 impl SyntheticBackend {
@@ -190,7 +313,7 @@ impl SyntheticBackend {
         SyntheticBackend {
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             config,
-            standard_normal: Normal::standard(),
+            clock: 0,
         }
     }
 
@@ -200,7 +323,7 @@ impl SyntheticBackend {
 
     /// The noiseless latency of `algo` for `key` at `bytes`.
     pub fn model_time_us(&self, key: TableKey, algo: Algo, bytes: u64) -> Option<f64> {
-        let model = self.config.models.get(&(key.collective, algo))?;
+        let model = self.config.model(key, algo)?;
         let overhead = match key.mode {
             Mode::Graph => 0.0,
             Mode::Eager => self.config.eager_overhead_us,
@@ -209,7 +332,9 @@ impl SyntheticBackend {
     }
 
     /// The exact size at which `faster_above` becomes faster than
-    /// `faster_below` (where their lines cross), if they cross at a positive size.
+    /// `faster_below` (where their lines cross), if they cross at a positive
+    /// size; for the collective's shared lines (`models`), see
+    /// [`SyntheticConfig::planted_steps`] for a key's own.
     pub fn crossover(
         &self,
         collective: Collective,
@@ -219,16 +344,30 @@ impl SyntheticBackend {
         let a = self.config.models.get(&(collective, faster_below))?;
         let b = self.config.models.get(&(collective, faster_above))?;
         let per_byte_gap = 1.0 / a.bytes_per_us - 1.0 / b.bytes_per_us;
-        let at = (b.alpha_us - a.alpha_us) / per_byte_gap;
+        let at = crossing(a, b);
         (per_byte_gap > 0.0 && at > 0.0).then_some(at)
     }
 
+    /// A standard normal draw (Box-Muller on two uniforms in (0, 1]).
+    fn standard_normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.rng.random::<f64>();
+        let u2 = self.rng.random::<f64>();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+
     fn noise_factor(&mut self) -> f64 {
-        // Log-normal with the requested CV: σ² = ln(1 + CV²); median 1.
+        // σ² = ln(1 + CV²): the log-normal with this σ has the requested CV
+        // and median 1.
         let sigma = (1.0 + self.config.noise_cv.powi(2)).ln().sqrt();
-        // Map a uniform draw in (0, 1) through the normal quantile function.
-        let uniform = self.rng.random::<f64>().clamp(1e-12, 1.0 - 1e-12);
-        let z = self.standard_normal.inverse_cdf(uniform);
+        let z = match self.config.noise_shape {
+            NoiseShape::LogNormal => self.standard_normal(),
+            NoiseShape::HeavyTailed => {
+                // Student-t with 3 degrees of freedom (variance 3), scaled to 1.
+                let z = self.standard_normal();
+                let chi2: f64 = (0..3).map(|_| self.standard_normal().powi(2)).sum();
+                z / (chi2 / 3.0).sqrt() / 3f64.sqrt()
+            }
+        };
         let glitch = if self.config.outlier_rate > 0.0
             && self.rng.random::<f64>() < self.config.outlier_rate
         {
@@ -236,7 +375,15 @@ impl SyntheticBackend {
         } else {
             1.0
         };
-        (sigma * z).exp() * glitch
+        let drift = match self.config.drift {
+            Some(d) => {
+                let turn = self.clock as f64 / d.period_samples.max(1.0);
+                1.0 + d.amplitude * (std::f64::consts::TAU * turn + d.phase).sin()
+            }
+            None => 1.0,
+        };
+        self.clock += 1;
+        (sigma * z).exp() * glitch * drift
     }
 }
 
@@ -334,8 +481,8 @@ mod tests {
     }
 
     #[test]
-    fn planted_crossovers_are_exact() {
-        let backend = SyntheticBackend::new(SyntheticConfig::planted(0.0, 1));
+    fn nominal_crossovers_are_exact() {
+        let backend = SyntheticBackend::new(SyntheticConfig::nominal(0.0, 1));
         let (first, steps) = planted_crossovers(Collective::AllReduce);
         let mut below = first;
         for &(above, at) in steps {
@@ -352,7 +499,7 @@ mod tests {
 
     #[test]
     fn the_lower_envelope_follows_the_planted_order() {
-        let backend = SyntheticBackend::new(SyntheticConfig::planted(0.0, 1));
+        let backend = SyntheticBackend::new(SyntheticConfig::nominal(0.0, 1));
         let k = key(Collective::AllReduce);
         let fastest = |bytes: u64| {
             Collective::AllReduce
@@ -378,6 +525,115 @@ mod tests {
         assert_eq!(fastest(256 * MIB), Algo::Nccl);
     }
 
+    /// The algorithm with the lowest noiseless latency.
+    fn fastest(backend: &SyntheticBackend, k: TableKey, bytes: u64) -> Algo {
+        k.collective
+            .algos()
+            .iter()
+            .copied()
+            .filter_map(|a| backend.model_time_us(k, a, bytes).map(|t| (a, t)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn planted_crossovers_are_per_key_seeded_and_exact() {
+        let config = SyntheticConfig::planted(0.0, 7);
+        let backend = SyntheticBackend::new(config.clone());
+        let mut seen = Vec::new();
+        for &k in config.key_models.keys() {
+            let (first, steps) = config.planted_steps(k);
+            let (nominal_first, nominal) = planted_crossovers(k.collective);
+            assert_eq!(first, nominal_first);
+            assert_eq!(steps.len(), nominal.len());
+            let mut below = first;
+            for (&(algo, at), &(nominal_algo, nominal_at)) in steps.iter().zip(nominal) {
+                assert_eq!(algo, nominal_algo);
+                let octaves = (at / nominal_at as f64).log2();
+                assert!(octaves.abs() <= PLANTED_SPREAD_OCTAVES + 1e-9, "{k} {at}");
+                // Just below the crossover the previous algorithm is fastest,
+                // just above this one.
+                assert_eq!(fastest(&backend, k, (at * 0.999) as u64), below, "{k}");
+                assert_eq!(fastest(&backend, k, (at * 1.001) as u64 + 1), algo, "{k}");
+                below = algo;
+            }
+            seen.push(steps[0].1);
+        }
+        // 36 keys, each with its own positions.
+        assert_eq!(seen.len(), 36);
+        seen.sort_by(f64::total_cmp);
+        seen.dedup();
+        assert!(seen.len() > 30, "positions repeat: {seen:?}");
+        let other = SyntheticConfig::planted(0.0, 8);
+        assert_ne!(
+            config.key_models, other.key_models,
+            "another seed, other positions"
+        );
+    }
+
+    #[test]
+    fn heavy_tails_keep_the_median_and_the_centre_but_not_the_extremes() {
+        let k = key(Collective::AllReduce);
+        let reps = Repetitions {
+            samples: 20_000,
+            warmup: 0,
+        };
+        let draw = |shape| {
+            let mut config = SyntheticConfig::nominal(0.1, 9);
+            config.noise_shape = shape;
+            let mut b = SyntheticBackend::new(config);
+            let t = b.model_time_us(k, Algo::Nccl, MIB).unwrap();
+            let s: Vec<f64> = b
+                .measure(k, Algo::Nccl, MIB, reps)
+                .unwrap()
+                .into_iter()
+                .map(|x| x / t)
+                .collect();
+            s
+        };
+        let normal = draw(NoiseShape::LogNormal);
+        let heavy = draw(NoiseShape::HeavyTailed);
+        for s in [&normal, &heavy] {
+            assert!((crate::stats::median(s) - 1.0).abs() < 0.01);
+        }
+        // Beyond 1.5 (four σ of the log-normal) almost nothing of the
+        // log-normal, but a visible share of the heavy-tailed samples.
+        let far = |s: &[f64]| s.iter().filter(|&&x| x > 1.5).count();
+        assert!(far(&normal) <= 2, "{}", far(&normal));
+        assert!(far(&heavy) >= 20, "{}", far(&heavy));
+    }
+
+    #[test]
+    fn drift_moves_every_algorithm_alike_over_time() {
+        let k = key(Collective::AllReduce);
+        let mut config = SyntheticConfig::nominal(0.0, 3);
+        config.drift = Some(Drift {
+            amplitude: 0.1,
+            period_samples: 400.0,
+            phase: 0.0,
+        });
+        let mut b = SyntheticBackend::new(config);
+        let reps = Repetitions {
+            samples: 50,
+            warmup: 0,
+        };
+        let t = b.model_time_us(k, Algo::Nccl, MIB).unwrap();
+        let rounds: Vec<f64> = (0..8)
+            .map(|_| crate::stats::median(&b.measure(k, Algo::Nccl, MIB, reps).unwrap()) / t)
+            .collect();
+        let (low, high) = rounds
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(l, h), &r| (l.min(r), h.max(r)));
+        assert!(high - low > 0.1, "one cycle spans ±10%: {rounds:?}");
+        assert!(low > 0.89 && high < 1.11, "{rounds:?}");
+        // Two algorithms measured in the same instant drift together.
+        let push = b.measure(k, Algo::OneShotPush, MIB, reps).unwrap();
+        let nccl = b.measure(k, Algo::Nccl, MIB, reps).unwrap();
+        let ratio = |s: &[f64], a| crate::stats::median(s) / b.model_time_us(k, a, MIB).unwrap();
+        assert!((ratio(&push, Algo::OneShotPush) / ratio(&nccl, Algo::Nccl) - 1.0).abs() < 0.1);
+    }
+
     #[test]
     fn same_seed_same_samples() {
         let reps = Repetitions {
@@ -395,7 +651,7 @@ mod tests {
 
     #[test]
     fn noise_has_the_requested_spread_and_median() {
-        let mut b = SyntheticBackend::new(SyntheticConfig::planted(0.1, 9));
+        let mut b = SyntheticBackend::new(SyntheticConfig::nominal(0.1, 9));
         let k = key(Collective::AllReduce);
         let samples = b
             .measure(

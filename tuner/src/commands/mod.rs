@@ -32,6 +32,9 @@ pub enum Exit {
     /// command line was wrong: a script must be able to tell a table that
     /// fails from a typo.
     RegretTooHigh = 3,
+    /// `verify`: no key failed, but some could not be told from their limits
+    /// at the measured noise.
+    Inconclusive = 4,
     /// Ctrl-C: what was measured was written.
     Interrupted = 130,
 }

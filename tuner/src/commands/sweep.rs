@@ -37,16 +37,16 @@ pub struct SweepArgs {
     /// Untimed calls before the samples of each point
     #[arg(long, default_value_t = 5)]
     pub warmup: u32,
-    /// Re-measure a point while the 95% CI of its median is wider than ±this
-    /// many percent…
+    /// At each size, the fastest candidate and every one that is neither
+    /// significantly slower nor shown to be within ±this many percent of it
+    /// get more rounds, interleaved…
     #[arg(long, default_value_t = 3.0, value_name = "PCT")]
     pub remeasure_pct: f64,
-    /// …at most this many extra rounds
-    #[arg(long, default_value_t = 2)]
+    /// …at most this many at a grid point…
+    #[arg(long, default_value_t = crate::sweep::DEFAULT_REMEASURE_ROUNDS)]
     pub remeasure_rounds: u32,
-    /// Extra rounds a bisection probe may get while its two contenders are not
-    /// significantly apart
-    #[arg(long, default_value_t = 3)]
+    /// …and at most this many at a probe between grid points
+    #[arg(long, default_value_t = crate::sweep::DEFAULT_PROBE_ROUNDS)]
     pub probe_rounds: u32,
     #[command(flatten)]
     pub fit: FitArgs,

@@ -1,5 +1,6 @@
-//! `tuner verify`: re-measure held-out sizes and report the regret of a tuned
-//! file's choices.
+//! `tuner verify`: re-measure held-out sizes (spread over the range, and on
+//! both sides of every band edge) and judge the regret of a tuned file's
+//! choices: PASS, FAIL or INCONCLUSIVE.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use super::{Error, Exit, diagnostics};
 use crate::backend::Repetitions;
 use crate::measure::Effort;
 use crate::progress::{Progress, install_ctrl_c};
-use crate::verify::{VerifySettings, verify as run_verify};
+use crate::verify::{Verdict, VerifySettings, verify as run_verify};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct VerifyArgs {
@@ -23,16 +24,29 @@ pub struct VerifyArgs {
     /// Untimed calls before the samples of each point
     #[arg(long, default_value_t = 5)]
     pub warmup: u32,
-    /// Fail when a key's median regret is above this many percent
+    /// At most this many interleaved rounds (of --samples each) of the chosen
+    /// algorithm and its rival per size, at least 4 (or this many, if fewer);
+    /// fewer than the most once the regret's interval is clear of the limits;
+    /// 2 or more
+    #[arg(long, default_value_t = VerifySettings::default().max_rounds)]
+    pub rounds: u32,
+    /// The limit on a key's median regret over its spread sizes, in percent:
+    /// FAIL when the regret's whole interval is above it, PASS when at or
+    /// below, INCONCLUSIVE when it straddles it
     #[arg(long, default_value_t = 1.0, value_name = "PCT")]
     pub max_median_regret_pct: f64,
-    /// Fail when a key's worst regret is above this many percent
+    /// The limit on a key's worst regret at any size, in percent, judged the
+    /// same way
     #[arg(long, default_value_t = 5.0, value_name = "PCT")]
     pub max_worst_regret_pct: f64,
-    /// Significance level: a regret counts only where the best candidate is
-    /// significantly faster than the chosen one
+    /// Significance level of the tests that find, at each size, the fastest
+    /// candidate other than the file's choice (its rival), in (0, 1)
     #[arg(long, default_value_t = 0.01)]
     pub alpha: f64,
+    /// Print the report as JSON (regrets and noise as fractions, times in
+    /// µs, sizes in bytes) instead of text
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub backend: BackendArgs,
     /// No progress bar
@@ -45,6 +59,11 @@ pub struct VerifyArgs {
 fn check_arguments(args: &VerifyArgs) -> Result<(), Error> {
     if args.samples < 5 {
         return Err(Error::Input("--samples must be at least 5".to_string()));
+    }
+    if args.rounds < 2 {
+        return Err(Error::Input(
+            "--rounds must be at least 2 (an interval needs two interleaved rounds)".to_string(),
+        ));
     }
     if !(args.alpha > 0.0 && args.alpha < 1.0) {
         return Err(Error::Input(format!(
@@ -73,9 +92,8 @@ fn check_arguments(args: &VerifyArgs) -> Result<(), Error> {
 
 pub fn verify(args: &VerifyArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     check_arguments(args)?;
-    // Then the GPU: without one nothing else matters, and the user is told so
-    // in one line.
-    let mut backend = args.backend.open()?;
+    // The file next: a bad path or a malformed file is reported as such on
+    // any machine, with or without a GPU.
     let path = args.toml.display().to_string();
     let text = std::fs::read_to_string(&args.toml)
         .map_err(|e| Error::Input(format!("cannot read {path}: {e}")))?;
@@ -85,6 +103,9 @@ pub fn verify(args: &VerifyArgs, out: &mut dyn Write) -> Result<Exit, Error> {
             &d,
         ))
     })?;
+    // Then the GPU: without one nothing else matters, and the user is told so
+    // in one line.
+    let mut backend = args.backend.open()?;
     let defaults = VerifySettings::default();
     let settings = VerifySettings {
         world_sizes: args.keys.world_sizes.clone(),
@@ -101,18 +122,32 @@ pub fn verify(args: &VerifyArgs, out: &mut dyn Write) -> Result<Exit, Error> {
             alpha: args.alpha,
             ..defaults.effort
         },
+        max_rounds: args.rounds,
         max_median_regret: args.max_median_regret_pct / 100.0,
         max_worst_regret: args.max_worst_regret_pct / 100.0,
+        ..defaults
     };
     let stop = install_ctrl_c();
-    let mut progress = Progress::new(stop, !args.no_progress);
+    let mut progress = Progress::new(stop, !args.no_progress && !args.json);
     let report = run_verify(&mut *backend, &doc, &settings, &mut progress).map_err(Error::Input)?;
     progress.finish();
-    write!(out, "{}", report.render())?;
-    Ok(match (&report.status, report.pass()) {
-        (crate::observe::RunStatus::Interrupted, _) => Exit::Interrupted,
-        (crate::observe::RunStatus::Failed(e), _) => return Err(Error::Failed(e.clone())),
-        (_, true) => Exit::Ok,
-        (_, false) => Exit::RegretTooHigh,
-    })
+    if args.json {
+        write!(out, "{}", report.to_json())?;
+    } else {
+        write!(out, "{}", report.render())?;
+    }
+    match (&report.status, report.verdict()) {
+        (crate::observe::RunStatus::Interrupted, _) => Ok(Exit::Interrupted),
+        (crate::observe::RunStatus::Failed(e), _) => Err(Error::Failed(e.clone())),
+        (_, None) => Err(Error::Input(format!(
+            "nothing to judge in {path}: {}",
+            report
+                .nothing_judged
+                .as_deref()
+                .unwrap_or("no table was measured")
+        ))),
+        (_, Some(Verdict::Pass)) => Ok(Exit::Ok),
+        (_, Some(Verdict::Fail)) => Ok(Exit::RegretTooHigh),
+        (_, Some(Verdict::Inconclusive)) => Ok(Exit::Inconclusive),
+    }
 }

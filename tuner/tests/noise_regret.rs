@@ -1,0 +1,175 @@
+//! Tables swept at up to 20 % timing noise are right: their true regret,
+//! scored against the synthetic model's noise-free latencies on a dense grid
+//! of 32 sizes per octave, has a median of at most 1 % and a worst of at most
+//! 5 % in every key, over many seeds. Each seed plants every key's
+//! crossovers at its own random sizes between the sweep's grid points
+//! (`SyntheticConfig::planted`). The sweep runs with the tuner's defaults.
+
+use tuned_schema::{Algo, Collective, DType, Document, Mode, TableKey, interpret};
+use tuner::backend::synthetic::{Drift, NoiseShape, SyntheticBackend, SyntheticConfig};
+use tuner::backend::{Backend, Repetitions};
+use tuner::fit::{FitSettings, fit};
+use tuner::observe::{Quiet, RunStatus};
+use tuner::sweep::{SweepSettings, sweep};
+use tuner::write::build_document;
+
+const MAX_BYTES: u64 = 64 << 20;
+
+/// Seeds per kind of noise; four keys each. Each kind has seeds of its own,
+/// so every kind sees other crossovers.
+const SEEDS: u64 = 10;
+
+/// World size 8, bf16, both collectives and modes: four keys per seed, each
+/// with its own crossovers (the last planted one is below 6 MiB). The tuner's
+/// defaults otherwise.
+fn settings() -> SweepSettings {
+    SweepSettings {
+        collectives: Collective::ALL.to_vec(),
+        world_sizes: vec![8],
+        dtypes: vec![DType::Bf16],
+        modes: Mode::ALL.to_vec(),
+        min_bytes: 16,
+        max_bytes: MAX_BYTES,
+        reps: Repetitions {
+            samples: 25,
+            warmup: 0,
+        },
+        ..SweepSettings::default()
+    }
+}
+
+/// Every 1/32 of an octave from 16 B to the largest swept size, aligned.
+fn dense_sizes(align: u64) -> Vec<u64> {
+    let mut sizes: Vec<u64> = (0..)
+        .map(|i| (16.0 * (f64::from(i) / 32.0).exp2()) as u64)
+        .take_while(|&s| s <= MAX_BYTES)
+        .map(|s| (s / align).max(1) * align)
+        .collect();
+    sizes.dedup();
+    sizes
+}
+
+/// One key's true regret over the dense grid.
+struct TrueRegret {
+    key: TableKey,
+    median: f64,
+    worst: f64,
+    worst_at: u64,
+}
+
+/// Per table: the regret of its choice (after the run-time capacity check)
+/// against the fastest candidate of the noise-free model.
+fn true_regret(backend: &SyntheticBackend, doc: &Document) -> Vec<TrueRegret> {
+    let platform = backend.platform();
+    doc.tables
+        .iter()
+        .map(|table| {
+            let key = table.key;
+            let align =
+                tuner::grid::alignment(&platform.capacities, key.collective, key.world_size);
+            let mut regrets = Vec::new();
+            let (mut worst, mut worst_at) = (0.0, 0);
+            for bytes in dense_sizes(align) {
+                let candidates = backend.candidates(key.collective, key.world_size, bytes);
+                let query = key.query(platform.arch, platform.link, bytes);
+                let selected = interpret::select(std::slice::from_ref(doc), query);
+                let chosen = if candidates.contains(&selected) {
+                    selected
+                } else {
+                    Algo::Nccl
+                };
+                let time = |algo| backend.model_time_us(key, algo, bytes).unwrap();
+                let best = candidates
+                    .iter()
+                    .map(|&a| time(a))
+                    .fold(f64::INFINITY, f64::min);
+                let regret = time(chosen) / best - 1.0;
+                if regret > worst {
+                    (worst, worst_at) = (regret, bytes);
+                }
+                regrets.push(regret);
+            }
+            TrueRegret {
+                key,
+                median: tuner::stats::median(&regrets),
+                worst,
+                worst_at,
+            }
+        })
+        .collect()
+}
+
+/// Sweeps, fits and scores every seed of one kind of noise; fails with every
+/// key over a limit.
+fn check(first_seed: u64, noise: f64, shape: NoiseShape, drift: Option<Drift>) {
+    let mut failures = Vec::new();
+    let mut worst_seen: f64 = 0.0;
+    let mut keys = 0;
+    for seed in first_seed..first_seed + SEEDS {
+        let mut config = SyntheticConfig::planted(noise, seed);
+        config.noise_shape = shape;
+        config.drift = drift;
+        let mut backend = SyntheticBackend::new(config);
+        let outcome = sweep(&mut backend, &settings(), "2026-01-01", &mut Quiet).unwrap();
+        assert_eq!(outcome.status, RunStatus::Complete);
+        let result = fit(&outcome.evidence, &FitSettings::default());
+        let doc = build_document(&outcome.evidence, &result, None, Vec::new());
+        for r in true_regret(&backend, &doc) {
+            keys += 1;
+            worst_seen = worst_seen.max(r.worst);
+            if r.median > 0.01 || r.worst > 0.05 {
+                failures.push(format!(
+                    "seed {seed} {}: median {:.2}%, worst {:.2}% at {} B",
+                    r.key,
+                    r.median * 100.0,
+                    r.worst * 100.0,
+                    r.worst_at
+                ));
+            }
+        }
+    }
+    println!(
+        "noise {:.0}% {shape:?}, drift {drift:?}: {keys} keys, worst true regret {:.2}%",
+        noise * 100.0,
+        worst_seen * 100.0
+    );
+    assert_eq!(keys as u64, 4 * SEEDS);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn without_noise_and_at_five_percent() {
+    check(100, 0.0, NoiseShape::LogNormal, None);
+    check(200, 0.05, NoiseShape::LogNormal, None);
+}
+
+#[test]
+fn ten_percent() {
+    check(300, 0.10, NoiseShape::LogNormal, None);
+}
+
+#[test]
+fn fifteen_percent() {
+    check(400, 0.15, NoiseShape::LogNormal, None);
+}
+
+#[test]
+fn twenty_percent() {
+    check(500, 0.20, NoiseShape::LogNormal, None);
+}
+
+#[test]
+fn twenty_percent_heavy_tailed() {
+    check(600, 0.20, NoiseShape::HeavyTailed, None);
+}
+
+/// Clocks and temperature moving ±10 % over a run, on top of 10 % noise.
+#[test]
+fn ten_percent_on_a_drifting_machine() {
+    let drift = Drift {
+        amplitude: 0.10,
+        period_samples: 5000.0,
+        phase: 0.5,
+    };
+    check(700, 0.10, NoiseShape::LogNormal, Some(drift));
+}
