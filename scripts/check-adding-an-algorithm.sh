@@ -21,6 +21,8 @@ if [ -n "$(git status --porcelain -- "$vocab" "$registry" "$cuda")" ]; then
   echo "check-adding-an-algorithm: $vocab, $registry or $cuda has uncommitted changes; commit or stash them first" >&2
   exit 2
 fi
+# Whatever else is already uncommitted is not the algorithm's doing.
+dirty_before=$( (git diff --name-only; git ls-files --others --exclude-standard) | sort -u)
 restore() {
   git checkout --quiet -- "$vocab" "$registry"
   rm -f "$cuda"
@@ -71,7 +73,8 @@ sed -e 's/colltune_one_shot_push_/colltune_dummy_push_/g' \
     -e '/colltune_dummy_push_all_gather/d' \
     kernels/cuda/one_shot_push.cu > "$cuda"
 
-changed=$( (git diff --name-only; git ls-files --others --exclude-standard) | sort -u)
+changed=$( (git diff --name-only; git ls-files --others --exclude-standard) | sort -u |
+  comm -23 - <(printf '%s\n' "$dirty_before" | sed '/^$/d'))
 expected=$(printf '%s\n' "$cuda" "$registry" "$vocab" | sort -u)
 if [ "$changed" != "$expected" ]; then
   echo "check-adding-an-algorithm: adding an algorithm changed other files than the three:" >&2

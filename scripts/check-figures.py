@@ -21,6 +21,7 @@ row of a Markdown table against a CSV.
 
 import csv
 import decimal
+import json
 import os
 import re
 import sys
@@ -216,6 +217,7 @@ X2 = "kernels/bench/h200-x2.csv"
 X4 = "kernels/bench/h200-x4.csv"
 VERIFY_WS2 = "tuner/runs/2026-12-01-h200-x2/verify-ws2-final.log"
 SWEEP_WS2 = "tuner/runs/2026-12-01-h200-x2/sweep-ws2-final.log"
+SHIPPED_EVIDENCE = "tuned/sm90-nvlink.evidence.json"
 VERIFY_PUBLISHED_WS2 = "tuner/runs/2026-11-30-h200-x2/verify-published.log"
 VERIFY_WS4 = "tuner/runs/2026-11-30-h200-x4-2/verify4.log"
 VERIFY_PUBLISHED_WS4 = "tuner/runs/2026-11-30-h200-x4-2/verify4-pub.log"
@@ -287,9 +289,14 @@ def ws4():
 
 
 def ws2_sweep():
+    """The recorded world-size-2 sweep: its log's points and time, its evidence's samples."""
+    with open(path(SHIPPED_EVIDENCE), encoding="utf-8") as f:
+        keys = json.load(f)["keys"]
+    samples = sum(len(p["samples_us"]) for k in keys if k["world_size"] == 2 for p in k["points"])
     return {
         "points": last_match(SWEEP_WS2, r"\((\d+) points"),
         "took": last_match(SWEEP_WS2, r"measured in ([\dms ]+)\)"),
+        "samples": thousands(samples),
     }
 
 
@@ -470,9 +477,9 @@ CLAIMS = [
     # tuner/GUIDE.md
     Claim(
         "tuner/GUIDE.md",
-        "(16 B to 256 MiB, {points} points, {took} of measuring)",
+        "the recorded world-size-2 sweep of 2026-12-01 ({points} points, {samples} samples) measured for {took}",
         ws2_sweep,
-        SWEEP_WS2,
+        f"{SWEEP_WS2} and {SHIPPED_EVIDENCE}",
     ),
     ExcerptClaim("tuner/GUIDE.md", "$ tuner verify tuned/sm90-nvlink.toml --world-sizes 2", VERIFY_WS2),
     ExcerptClaim(

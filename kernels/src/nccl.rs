@@ -10,7 +10,7 @@
 //! a helper thread that the dropping thread waits for with a deadline as well,
 //! because `ncclCommDestroy` joins NCCL's proxy thread, which waits until every
 //! peer has closed its connections: a peer that is alive but silent would hold
-//! it forever (issue 9).
+//! it forever.
 
 use std::ffi::{CStr, c_int};
 use std::fmt;
