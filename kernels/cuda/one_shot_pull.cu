@@ -34,78 +34,46 @@
 // skips the barrier (see block_has_work).
 
 template <int W, typename E, bool REDUCE>
-__device__ __forceinline__ void pull_collective(const CollArgs& a) {
+__device__ __forceinline__ void one_shot_pull(const CollArgs& a) {
     dependent_launch_prologue();
-    const int SLOTS = World<W>::SLOTS;
     const int UNROLL = World<W>::UNROLL;
-    u32* ctrl = ctrl_of(a, a.rank);
     // Dealt like the others (first_unit<W>; kernels/GPU.md has the A/B of
     // dealing for this kernel, which pays a barrier in every block with work).
     const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
-    const CallState& state = begin_call(ctrl);
+    const CallState& state = begin_call(ctrl_of(a, a.rank));
     if (state.poisoned) {
         poison_output(a, !REDUCE, first, stride);
         return;
     }
-    save_pull_state(ctrl, state, 1u, 1u);
-
-    const u32 world = World<W>::size(a);
-    const u64 half = (state.use & 1u) * a.staging_bytes;
+    save_pull_state(ctrl_of(a, a.rank), state, 1u, 1u);
     const u64 packs = a.bytes / 16u;
-    const u64 step = stride * UNROLL;
-    const bool aligned = a.io_aligned != 0u;
-    const char* in = (const char*)a.input;
-    char* out = (char*)a.output;
-    char* my_stage = (char*)a.staging[a.rank] + half;
+    const u64 half = (state.use & 1u) * a.staging_bytes;
+    auto staged = [&](u32 p, u64 i) { return (const char*)a.staging[p] + half + i * 16u; };
 
     // 1. Copy in.
-    for (u64 base = first; base < packs; base += step) {
+    for (u64 base = first; base < packs; base += stride * UNROLL) {
+        const Step s{base, stride, packs};
         Pack v[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 i = base + u * stride;
-            if (i < packs) v[u] = ld_io(in + i * 16u, aligned);
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 i = base + u * stride;
-            if (i < packs) st_pack(my_stage + i * 16u, v[u]);
-        }
+        load_step(s, v, [&](u64 i) { return ld_io((const char*)a.input + i * 16u, a.io_aligned != 0u); });
+        use_step(s, v, [&](u64 i, const Pack& p) { st_pack((char*)staged(a.rank, i), p); });
     }
 
-    // 2. Barrier (block 0: with the call handshake); 3. read every rank's half.
+    // 2. Barrier (block 0: with the call handshake).
     if (!block_has_work<W>(a, packs)) return;
     if (!block_barrier<W>(a, state.seq + 1u, CT_KERNEL_ONE_SHOT_PULL, CT_PHASE_BARRIER_1, blockIdx.x == 0, state.calls)) {
         poison_output(a, !REDUCE, first, stride);
         return;
     }
-    for (u64 base = first; base < packs; base += step) {
-        Pack v[UNROLL][SLOTS];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 i = base + u * stride;
-            if (i >= packs) continue;
-#pragma unroll
-            for (int p = 0; p < SLOTS; ++p)
-                if ((u32)p < world) v[u][p] = ld_pack_sys((const char*)a.staging[p] + half + i * 16u);
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 i = base + u * stride;
-            if (i >= packs) continue;
-            if (REDUCE) {
-                st_io(out + i * 16u, reduce_ranks<E, SLOTS>(v[u], world), aligned);
-            } else {
-#pragma unroll
-                for (int p = 0; p < SLOTS; ++p)
-                    if ((u32)p < world) st_io(out + (u64)p * a.bytes + i * 16u, v[u][p], aligned);
-            }
-        }
-    }
+    // 3. Read every rank's half.
+    for (u64 base = first; base < packs; base += stride * UNROLL)
+        receive_step<W, UNROLL, false>(
+            a, Step{base, stride, packs}, CT_KERNEL_ONE_SHOT_PULL,
+            [&](u64 i) { return ld_pack_sys(staged(a.rank, i)); }, staged,
+            [&](u64 i, const Pack (&r)[World<W>::SLOTS]) { store_result<W, E, REDUCE>(a, i, r); });
 }
 
-CT_KERNEL colltune_one_shot_pull_all_reduce_bf16(const CollArgs a) { pull_collective<kWorld, Bf16, true>(a); }
-CT_KERNEL colltune_one_shot_pull_all_reduce_f16(const CollArgs a) { pull_collective<kWorld, F16, true>(a); }
-CT_KERNEL colltune_one_shot_pull_all_reduce_f32(const CollArgs a) { pull_collective<kWorld, F32, true>(a); }
-CT_KERNEL colltune_one_shot_pull_all_gather(const CollArgs a) { pull_collective<kWorld, F32, false>(a); }
+CT_KERNEL colltune_one_shot_pull_all_reduce_bf16(const CollArgs a) { one_shot_pull<kWorld, Bf16, true>(a); }
+CT_KERNEL colltune_one_shot_pull_all_reduce_f16(const CollArgs a) { one_shot_pull<kWorld, F16, true>(a); }
+CT_KERNEL colltune_one_shot_pull_all_reduce_f32(const CollArgs a) { one_shot_pull<kWorld, F32, true>(a); }
+CT_KERNEL colltune_one_shot_pull_all_gather(const CollArgs a) { one_shot_pull<kWorld, F32, false>(a); }

@@ -32,127 +32,61 @@
 // makes in-place calls safe: its input is read before its output is written.
 
 template <int W, typename E, bool REDUCE>
-__device__ __forceinline__ void push_collective(const CollArgs& a) {
+__device__ __forceinline__ void one_shot_push(const CollArgs& a) {
     dependent_launch_prologue();
-    const int SLOTS = World<W>::SLOTS;
     const int UNROLL = World<W>::UNROLL;
-    u32* ctrl = ctrl_of(a, a.rank);
     const u64 packs = a.bytes / 16u;
     const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
-    const u64 step = stride * UNROLL;
-    const bool aligned = a.io_aligned != 0u;
     const char* in = (const char*)a.input;
-    char* out = (char*)a.output;
+    // This rank's contribution: its input with sentinel words replaced.
+    auto input = [&](u64 i) { return without_sentinel(ld_io(in + i * 16u, a.io_aligned != 0u)); };
 
     // The first step's input does not depend on the call state: its loads are
     // in flight while thread 0 reads the state.
     Pack v[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-        const u64 i = first + u * stride;
-        if (i < packs) v[u] = without_sentinel(ld_io(in + i * 16u, aligned));
-    }
-    const CallState& state = begin_call(ctrl);
+    load_step(Step{first, stride, packs}, v, input);
+    const CallState& state = begin_call(ctrl_of(a, a.rank));
     if (state.poisoned) {
         poison_output(a, !REDUCE, first, stride);
         return;
     }
-    save_push_state(ctrl, state, a.bytes);
+    save_push_state(ctrl_of(a, a.rank), state, a.bytes);
     // Block 0 tells every peer what it calls before its data goes out.
-    if (lamport_handshake_peer<W>(a) != CT_NO_PEER) handshake_send(a, lamport_handshake_peer<W>(a), state.calls);
-
-    const u32 world = World<W>::size(a);
-    const u32 rank = a.rank;
-    const u32 phase = state.push_phase;
-    const u32 rearm = (phase + 2u) % 3u;
-    const u64 buffer_bytes = (u64)world * a.slot_bytes;
+    const u32 shake = lamport_handshake_peer<W>(a);
+    if (shake != CT_NO_PEER) handshake_send(a, shake, state.calls);
+    const u64 buffer = (u64)state.push_phase * World<W>::size(a) * a.slot_bytes;
+    const u64 my_slot = buffer + (u64)a.rank * a.slot_bytes;
 
     // 1. Push this rank's data into slot `rank` of buffer `phase` of every peer.
-    const u64 my_slot = (u64)phase * buffer_bytes + (u64)rank * a.slot_bytes;
-    for (u64 base = first; base < packs; base += step) {
-        if (base != first) {
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const u64 i = base + u * stride;
-                if (i < packs) v[u] = without_sentinel(ld_io(in + i * 16u, aligned));
-            }
-        }
-#pragma unroll
-        for (int p = 0; p < SLOTS; ++p) {
-            if ((u32)p >= world || (u32)p == rank) continue;
-            char* dst = (char*)a.push_bufs[p] + my_slot;
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const u64 i = base + u * stride;
-                if (i < packs) lamport_push(dst + i * 16u, v[u]);
-            }
-        }
+    for (u64 base = first; base < packs; base += stride * UNROLL) {
+        const Step s{base, stride, packs};
+        if (base != first) load_step(s, v, input);
+        use_step(s, v, [&](u64 i, const Pack& p) {
+            for_peers<W>(a, [&](u32 q) { lamport_push((char*)a.push_bufs[q] + my_slot + i * 16u, p); });
+        });
     }
+    // 2. Re-arm the previous call's buffer while the pushes cross the link
+    //    (they are posted stores), so the local writes overlap the transfer.
+    rearm_previous<W>(a, state, first, stride);
 
-    // 2. Re-arm the peer slots of the previous call's buffer, as far as it used
-    //    them. Done while this call's pushes are still crossing the link (they
-    //    are posted stores), so the local writes overlap the transfer instead
-    //    of trailing the reduction.
-    const u64 used_packs = (u64)state.used_bytes(rearm) / 16u;
-    char* stale = (char*)a.push_bufs[rank] + (u64)rearm * buffer_bytes;
-#pragma unroll
-    for (int p = 0; p < SLOTS; ++p)
-        if ((u32)p < world && (u32)p != rank) lamport_rearm(stale + (u64)p * a.slot_bytes, used_packs, first, stride);
-
-
-    // 3. Receive: the same thread handles the same packs as in step 1.
-    const char* mine = (const char*)a.push_bufs[rank] + (u64)phase * buffer_bytes;
-    bool ok = true;
-    // The peer's call is checked before any wait for data: a peer making
-    // another call (another size, say) might never send the packs waited for.
-    const u32 shake = lamport_handshake_peer<W>(a);
-    if (shake != CT_NO_PEER) ok = handshake_check(a, shake, state.calls, CT_KERNEL_ONE_SHOT_PUSH, handshake_peek(a, shake));
-    for (u64 base = first; ok && base < packs; base += step) {
-        Pack v[UNROLL][SLOTS];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 i = base + u * stride;
-            if (i >= packs) continue;
-#pragma unroll
-            for (int p = 0; p < SLOTS; ++p) {
-                if ((u32)p >= world) continue;
-                if ((u32)p == rank)
-                    v[u][p] = without_sentinel(ld_io(in + i * 16u, aligned));
-                else
-                    v[u][p] = ld_pack_sys(mine + (u64)p * a.slot_bytes + i * 16u);
-            }
-        }
-        Deadline deadline(a.timeout_ns);
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 i = base + u * stride;
-            if (i >= packs) continue;
-#pragma unroll
-            for (int p = 0; p < SLOTS; ++p) {
-                if ((u32)p >= world || (u32)p == rank || !ok) continue;
-                ok = lamport_wait(v[u][p], mine + (u64)p * a.slot_bytes + i * 16u, deadline, a, p, CT_KERNEL_ONE_SHOT_PUSH);
-            }
-        }
-        if (!ok) break;
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 i = base + u * stride;
-            if (i >= packs) continue;
-            if (REDUCE) {
-                st_io(out + i * 16u, reduce_ranks<E, SLOTS>(v[u], world), aligned);
-            } else {
-#pragma unroll
-                for (int p = 0; p < SLOTS; ++p)
-                    if ((u32)p < world) st_io(out + (u64)p * a.bytes + i * 16u, v[u][p], aligned);
-            }
-        }
-    }
+    // 3. Receive: the same thread handles the same packs as in step 1. The
+    //    peer's call is checked before any wait for data: a peer making
+    //    another call (another size, say) might never send the packs waited for.
+    bool ok = shake == CT_NO_PEER ||
+              handshake_check(a, shake, state.calls, CT_KERNEL_ONE_SHOT_PUSH, handshake_peek(a, shake));
+    const char* mine = (const char*)a.push_bufs[a.rank] + buffer;
+    auto slot = [&](u32 p, u64 i) { return mine + (u64)p * a.slot_bytes + i * 16u; };
+    for (u64 base = first; ok && base < packs; base += stride * UNROLL)
+        ok = receive_step<W, UNROLL, true>(a, Step{base, stride, packs}, CT_KERNEL_ONE_SHOT_PUSH, input, slot,
+                                           [&](u64 i, const Pack (&r)[World<W>::SLOTS]) {
+                                               store_result<W, E, REDUCE>(a, i, r);
+                                           });
     if (!ok) poison_output(a, !REDUCE, first, stride);
 }
 
-CT_KERNEL colltune_one_shot_push_all_reduce_bf16(const CollArgs a) { push_collective<kWorld, Bf16, true>(a); }
-CT_KERNEL colltune_one_shot_push_all_reduce_f16(const CollArgs a) { push_collective<kWorld, F16, true>(a); }
-CT_KERNEL colltune_one_shot_push_all_reduce_f32(const CollArgs a) { push_collective<kWorld, F32, true>(a); }
+CT_KERNEL colltune_one_shot_push_all_reduce_bf16(const CollArgs a) { one_shot_push<kWorld, Bf16, true>(a); }
+CT_KERNEL colltune_one_shot_push_all_reduce_f16(const CollArgs a) { one_shot_push<kWorld, F16, true>(a); }
+CT_KERNEL colltune_one_shot_push_all_reduce_f32(const CollArgs a) { one_shot_push<kWorld, F32, true>(a); }
 // All-gather moves bits, so one kernel serves every dtype.
-CT_KERNEL colltune_one_shot_push_all_gather(const CollArgs a) { push_collective<kWorld, F32, false>(a); }
+CT_KERNEL colltune_one_shot_push_all_gather(const CollArgs a) { one_shot_push<kWorld, F32, false>(a); }

@@ -1,10 +1,17 @@
-// The primitives every algorithm is written with (the algorithms are in
-// one_shot_push.cu, one_shot_pull.cu and two_shot_pull.cu):
+// The primitives every algorithm is written with (each algorithm is in a file
+// of its own name: one_shot_push.cu, one_shot_pull.cu, two_shot_pull.cu,
+// two_shot_push.cu, and the loopback stand-in for NCCL in reference.cu):
 // - world-size specialisation and the per-thread unroll;
 // - the call state a kernel reads from its rank's control block, and the
 //   end-of-call hand-over of the counters;
+// - the marking of outputs of failed calls;
+// - which thread takes which unit;
 // - a reduction of W packs in rank order;
 // - the Lamport slot: push, bounded poll, re-arm;
+// - ranks, peers, the result of a unit, the re-arm of the previous buffer;
+// - the steps every kernel is made of: load every rank's packs of a step at
+//   once, wait for the Lamport ones, use them;
+// - the call handshake;
 // - the per-block barrier over peers (a semaphore of 64-bit flags).
 
 // ---------------------------------------------------------------------------
@@ -21,12 +28,11 @@ template <int W>
 struct World {
     // Bound of per-rank arrays.
     static const int SLOTS = W > 0 ? W : CT_MAX_WORLD;
-    // Packs a thread takes per step from each rank. A world of two runs
-    // blocks of 1024 threads (CT_MAX_THREADS, 64 registers each) taking one
-    // pack per step: measured on 2 x H200 against 512 threads taking 4, 2 or
-    // 1, it was the fastest from 2 MiB to 16 MiB (see
-    // protocol::launch::default_threads). Larger worlds keep blocks of 512 and
-    // W - 1 to 2 (W - 1) packs in flight per thread (not re-measured).
+    // Packs a thread takes per step from each rank: one in a world of two,
+    // whose blocks of 1024 threads (CT_MAX_THREADS, 64 registers each) keep
+    // enough in flight that way; two in worlds of 3 and 4 and one above, so
+    // that a thread of a block of 512 holds W - 1 to 2 (W - 1) packs of its
+    // peers at once (the launch-shape A/B behind this is in kernels/GPU.md).
     static const int UNROLL = SLOTS <= 2 ? 1 : (SLOTS <= 4 ? 2 : 1);
     __device__ static __forceinline__ u32 size(const CollArgs& a) { return W > 0 ? (u32)W : a.world; }
 };
@@ -180,14 +186,12 @@ __device__ __forceinline__ void poison_output(const CollArgs& a, bool gather, u6
 //   so a message of a few warps' worth of units spreads over as many SMs
 //   instead of filling one block first.
 // A warp takes 32 consecutive units either way (512 contiguous bytes of packs).
-// Measured on 2 x H200 (bf16, graph mode, two runs of each, NCCL in the same
-// process), for the fastest algorithm: dealing was 4.7-10% faster from 16 KiB
-// to 256 KiB of output (all-gather at 16 KiB: 1%), 1-4% up to 1 MiB, within
-// 1.3% from 2 to 32 MiB, 1-5.5% slower at 1-4 KiB (all-gather up to 8 KiB), and
-// 1.6% slower at 64 MiB (two_shot_pull) and 1.4% at 16 MiB of all-gather
-// (one_shot_pull). So the world-size-2 build (CT_DEAL_WORLD) deals calls of
-// CT_DEAL_MIN_BYTES up to CT_DEAL_MAX_BYTES per rank; other calls, and other
-// world sizes (not measured), number block by block. The choice depends only
+// Dealing pays where a message holds a few warps' worth of units per block and
+// costs where it holds less (only the first blocks have work either way) or
+// fills every block (kernels/GPU.md, "Warp dealing", has the A/B), so the
+// world-size-2 build (CT_DEAL_WORLD) deals calls of CT_DEAL_MIN_BYTES up to
+// CT_DEAL_MAX_BYTES per rank; other calls, and other world sizes (not
+// measured), number block by block. The choice depends only
 // on the call's bytes, which every rank passes alike, so thread t of every
 // rank takes the same units; it may change between calls, since a rank's
 // kernel ends before its next one starts.
@@ -252,6 +256,196 @@ __device__ __forceinline__ bool lamport_wait(Pack& v, const char* src, Deadline&
 __device__ __forceinline__ void lamport_rearm(char* slot, u64 packs, u64 first, u64 stride) {
     const Pack armed = sentinel_pack();
     for (u64 i = first; i < packs; i += stride) st_pack(slot + i * 16u, armed);
+}
+
+// ---------------------------------------------------------------------------
+// Ranks and peers
+// ---------------------------------------------------------------------------
+
+// f(p) for every rank p of the world (unrolled over the build's slots).
+template <int W, typename F>
+__device__ __forceinline__ void for_ranks(const CollArgs& a, F f) {
+#pragma unroll
+    for (int p = 0; p < World<W>::SLOTS; ++p)
+        if ((u32)p < World<W>::size(a)) f((u32)p);
+}
+
+// f(p) for every rank p but this one.
+template <int W, typename F>
+__device__ __forceinline__ void for_peers(const CollArgs& a, F f) {
+#pragma unroll
+    for (int p = 0; p < World<W>::SLOTS; ++p)
+        if ((u32)p < World<W>::size(a) && (u32)p != a.rank) f((u32)p);
+}
+
+// Stores one unit's result: the sum of every rank's pack in rank order at
+// pack i of the output (REDUCE), or every rank's pack at pack i of its share
+// of the gathered output.
+template <int W, typename E, bool REDUCE>
+__device__ __forceinline__ void store_result(const CollArgs& a, u64 i, const Pack (&v)[World<W>::SLOTS]) {
+    char* out = (char*)a.output;
+    const bool aligned = a.io_aligned != 0u;
+    if (REDUCE) {
+        st_io(out + i * 16u, reduce_ranks<E, World<W>::SLOTS>(v, World<W>::size(a)), aligned);
+    } else {
+        for_ranks<W>(a, [&](u32 p) { st_io(out + (u64)p * a.bytes + i * 16u, v[p], aligned); });
+    }
+}
+
+// Re-arms the peer slots of this rank's push buffer that the push-family call
+// before this one used, buffer (phase + 2) % 3, as far as it used them (why
+// nobody writes there meanwhile: one_shot_push.cu). Grid-stride over the
+// packs, so the local stores overlap this call's transfers.
+template <int W>
+__device__ __forceinline__ void rearm_previous(const CollArgs& a, const CallState& state, u64 first, u64 stride) {
+    const u32 rearm = (state.push_phase + 2u) % 3u;
+    const u64 buffer_bytes = (u64)World<W>::size(a) * a.slot_bytes;
+    const u64 used_packs = (u64)state.used_bytes(rearm) / 16u;
+    char* stale = (char*)a.push_bufs[a.rank] + (u64)rearm * buffer_bytes;
+    for_peers<W>(a, [&](u32 p) { lamport_rearm(stale + (u64)p * a.slot_bytes, used_packs, first, stride); });
+}
+
+// ---------------------------------------------------------------------------
+// Steps: the one loop body every algorithm is made of
+// ---------------------------------------------------------------------------
+
+// A thread takes units first, first + stride, ... below a count, UNROLL at a
+// time: one step. In a step every rank's pack of each of its UNROLL units is
+// loaded before any is used, so UNROLL × world loads are in flight at once;
+// then, for Lamport data, every peer's pack is polled until it has arrived;
+// then each unit's packs are used (reduced, stored, sent). The kernels differ
+// only in where packs come from and what they do with them, which they pass
+// as small lambdas (inlined: no call, no indirection).
+
+// The units of one step: base, base + stride, ... (UNROLL of them).
+struct Step {
+    u64 base;
+    u64 stride;
+    u64 count;
+    __device__ __forceinline__ u64 unit(int u) const { return base + (u64)u * stride; }
+    __device__ __forceinline__ bool has(int u) const { return unit(u) < count; }
+};
+
+// This rank's own pack of each unit: v[u] = load(i).
+template <int UNROLL, typename Load>
+__device__ __forceinline__ void load_step(const Step& s, Pack (&v)[UNROLL], Load load) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+        if (s.has(u)) v[u] = load(s.unit(u));
+}
+
+// Hands each unit's own pack to use(i, v[u]).
+template <int UNROLL, typename Use>
+__device__ __forceinline__ void use_step(const Step& s, const Pack (&v)[UNROLL], Use use) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+        if (s.has(u)) use(s.unit(u), v[u]);
+}
+
+// Every rank's pack of each unit: this rank's from own(i), rank p's from the
+// registered buffer at at(p, i) (a relaxed system-scope load: data behind a
+// barrier, or a Lamport slot).
+template <int W, int UNROLL, typename Own, typename At>
+__device__ __forceinline__ void load_ranks(const CollArgs& a, const Step& s, Pack (&v)[UNROLL][World<W>::SLOTS],
+                                           Own own, At at) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+        if (!s.has(u)) continue;
+#pragma unroll
+        for (int p = 0; p < World<W>::SLOTS; ++p) {
+            if ((u32)p >= World<W>::size(a)) continue;
+            v[u][p] = (u32)p == a.rank ? own(s.unit(u)) : ld_pack_sys(at((u32)p, s.unit(u)));
+        }
+    }
+}
+
+// Polls every peer's Lamport pack of each unit until it has arrived (rank p's
+// at at(p, i)); false once a wait must stop (Deadline::must_stop).
+template <int W, int UNROLL, typename At>
+__device__ __forceinline__ bool wait_ranks(const CollArgs& a, const Step& s, Pack (&v)[UNROLL][World<W>::SLOTS],
+                                           u32 kernel, At at) {
+    Deadline deadline(a.timeout_ns);
+    // A flag rather than an early return: leaving the unrolled loops from the
+    // middle made the compiler keep the wait's state in local memory.
+    bool ok = true;
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+        if (!s.has(u)) continue;
+#pragma unroll
+        for (int p = 0; p < World<W>::SLOTS; ++p) {
+            if ((u32)p >= World<W>::size(a) || (u32)p == a.rank || !ok) continue;
+            ok = lamport_wait(v[u][p], at((u32)p, s.unit(u)), deadline, a, (u32)p, kernel);
+        }
+    }
+    return ok;
+}
+
+// One receiving step: load every rank's pack of each unit, wait for the
+// Lamport ones (LAMPORT), and hand each unit's packs to use(i, v). False
+// once a wait must stop.
+template <int W, int UNROLL, bool LAMPORT, typename Own, typename At, typename Use>
+__device__ __forceinline__ bool receive_step(const CollArgs& a, const Step& s, u32 kernel, Own own, At at, Use use) {
+    Pack v[UNROLL][World<W>::SLOTS];
+    load_ranks<W, UNROLL>(a, s, v, own, at);
+    if (LAMPORT && !wait_ranks<W, UNROLL>(a, s, v, kernel, at)) return false;
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+        if (s.has(u)) use(s.unit(u), v[u]);
+    return true;
+}
+
+// Shards (the two-shot algorithms): a message of `packs` packs is cut into
+// world shards of `shard` packs (the last ones may be short or empty); unit
+// j of a step stands for pack j of every shard, and shard s has it when
+// s * shard + j < packs.
+struct Shards {
+    u64 shard;
+    u64 packs;
+    __device__ __forceinline__ bool has(u32 s, u64 j) const { return j < shard && (u64)s * shard + j < packs; }
+};
+
+// Pack j of every other rank's shard, from load(s, j).
+template <int W, int UNROLL, typename Load>
+__device__ __forceinline__ void load_shards(const CollArgs& a, const Step& st, const Shards& sh,
+                                            Pack (&v)[UNROLL][World<W>::SLOTS], Load load) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+        for (int s = 0; s < World<W>::SLOTS; ++s)
+            if ((u32)s < World<W>::size(a) && (u32)s != a.rank && sh.has((u32)s, st.unit(u)))
+                v[u][s] = load((u32)s, st.unit(u));
+    }
+}
+
+// Polls pack j of every other rank's shard, a Lamport pack at at(s, j),
+// until it has arrived; false once a wait must stop.
+template <int W, int UNROLL, typename At>
+__device__ __forceinline__ bool wait_shards(const CollArgs& a, const Step& st, const Shards& sh,
+                                            Pack (&v)[UNROLL][World<W>::SLOTS], u32 kernel, At at) {
+    Deadline deadline(a.timeout_ns);
+    bool ok = true;  // not an early return: see wait_ranks
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+        for (int s = 0; s < World<W>::SLOTS; ++s) {
+            if ((u32)s >= World<W>::size(a) || (u32)s == a.rank || !sh.has((u32)s, st.unit(u)) || !ok) continue;
+            ok = lamport_wait(v[u][s], at((u32)s, st.unit(u)), deadline, a, (u32)s, kernel);
+        }
+    }
+    return ok;
+}
+
+// Hands pack j of every other rank's shard to use(s, j, v).
+template <int W, int UNROLL, typename Use>
+__device__ __forceinline__ void use_shards(const CollArgs& a, const Step& st, const Shards& sh,
+                                           const Pack (&v)[UNROLL][World<W>::SLOTS], Use use) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+        for (int s = 0; s < World<W>::SLOTS; ++s)
+            if ((u32)s < World<W>::size(a) && (u32)s != a.rank && sh.has((u32)s, st.unit(u)))
+                use((u32)s, st.unit(u), v[u][s]);
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -32,125 +32,69 @@
 // own the same units in both uses.
 
 template <int W, typename E>
-__device__ __forceinline__ void two_shot_all_reduce(const CollArgs& a) {
+__device__ __forceinline__ void two_shot_pull(const CollArgs& a) {
     dependent_launch_prologue();
-    const int SLOTS = World<W>::SLOTS;
     const int UNROLL = World<W>::UNROLL;
-    u32* ctrl = ctrl_of(a, a.rank);
     const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
-    const CallState& state = begin_call(ctrl);
+    const CallState& state = begin_call(ctrl_of(a, a.rank));
     if (state.poisoned) {
         poison_output(a, false, first, stride);
         return;
     }
-    save_pull_state(ctrl, state, 2u, 1u);
-
-    const u32 world = World<W>::size(a);
+    save_pull_state(ctrl_of(a, a.rank), state, 2u, 1u);
     const u32 rank = a.rank;
-    const u64 half = (state.use & 1u) * a.staging_bytes;
     const u64 packs = a.bytes / 16u;
-    const u64 shard = (packs + world - 1u) / world;
-    const u64 area = (u64)world * shard * 16u;  // bytes of one area
-    const u64 step = stride * UNROLL;
+    const Shards sh{(packs + World<W>::size(a) - 1u) / World<W>::size(a), packs};
+    const u64 area = (u64)World<W>::size(a) * sh.shard * 16u;  // bytes of one area
+    const u64 half = (state.use & 1u) * a.staging_bytes;
     const bool aligned = a.io_aligned != 0u;
     const char* in = (const char*)a.input;
     char* out = (char*)a.output;
     const char* my_half = (const char*)a.staging[rank] + half;
+    Pack v[UNROLL][World<W>::SLOTS];
 
     // 1. Scatter every other shard to its owner.
-    for (u64 base = first; base < shard; base += step) {
-        Pack v[UNROLL][SLOTS];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 j = base + u * stride;
-#pragma unroll
-            for (int s = 0; s < SLOTS; ++s) {
-                const u64 i = (u64)s * shard + j;
-                if ((u32)s < world && (u32)s != rank && j < shard && i < packs) v[u][s] = ld_io(in + i * 16u, aligned);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 j = base + u * stride;
-#pragma unroll
-            for (int s = 0; s < SLOTS; ++s) {
-                const u64 i = (u64)s * shard + j;
-                if ((u32)s < world && (u32)s != rank && j < shard && i < packs)
-                    st_pack((char*)a.staging[s] + half + ((u64)rank * shard + j) * 16u, v[u][s]);
-            }
-        }
+    for (u64 base = first; base < sh.shard; base += stride * UNROLL) {
+        const Step st{base, stride, sh.shard};
+        load_shards<W, UNROLL>(a, st, sh, v, [&](u32 s, u64 j) { return ld_io(in + (s * sh.shard + j) * 16u, aligned); });
+        use_shards<W, UNROLL>(a, st, sh, v, [&](u32 s, u64 j, const Pack& p) {
+            st_pack((char*)a.staging[s] + half + ((u64)rank * sh.shard + j) * 16u, p);
+        });
     }
 
     // A block with no packs has nothing to wait for (see block_has_work).
-    if (!block_has_work<W>(a, shard)) return;
-
-    // Barrier 1 (block 0: with the call handshake).
+    if (!block_has_work<W>(a, sh.shard)) return;
+    // 2. Barrier 1 (block 0: with the call handshake).
     bool ok = block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_1, blockIdx.x == 0,
                                state.calls);
     if (ok) {
         // 3. Reduce shard `rank`; send the sum to every peer.
-        for (u64 base = first; base < shard; base += step) {
-            Pack v[UNROLL][SLOTS];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const u64 j = base + u * stride;
-                const u64 i = (u64)rank * shard + j;
-                if (j >= shard || i >= packs) continue;
-#pragma unroll
-                for (int p = 0; p < SLOTS; ++p) {
-                    if ((u32)p >= world) continue;
-                    if ((u32)p == rank)
-                        v[u][p] = ld_io(in + i * 16u, aligned);
-                    else
-                        v[u][p] = ld_pack_sys(my_half + ((u64)p * shard + j) * 16u);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const u64 j = base + u * stride;
-                const u64 i = (u64)rank * shard + j;
-                if (j >= shard || i >= packs) continue;
-                const Pack sum = reduce_ranks<E, SLOTS>(v[u], world);
-                st_io(out + i * 16u, sum, aligned);
-#pragma unroll
-                for (int p = 0; p < SLOTS; ++p)
-                    if ((u32)p < world && (u32)p != rank)
-                        st_pack((char*)a.staging[p] + half + area + ((u64)rank * shard + j) * 16u, sum);
-            }
-        }
-
+        const u64 mine = rank * sh.shard;
+        const u64 own = packs > mine ? (packs - mine < sh.shard ? packs - mine : sh.shard) : 0u;
+        for (u64 base = first; base < own; base += stride * UNROLL)
+            receive_step<W, UNROLL, false>(
+                a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PULL,
+                [&](u64 j) { return ld_io(in + (mine + j) * 16u, aligned); },
+                [&](u32 p, u64 j) { return my_half + (p * sh.shard + j) * 16u; },
+                [&](u64 j, const Pack (&r)[World<W>::SLOTS]) {
+                    const Pack sum = reduce_ranks<E, World<W>::SLOTS>(r, World<W>::size(a));
+                    st_io(out + (mine + j) * 16u, sum, aligned);
+                    for_peers<W>(a, [&](u32 q) { st_pack((char*)a.staging[q] + half + area + (mine + j) * 16u, sum); });
+                });
+        // 4. Barrier 2; 5. gather the other shards.
         ok = block_barrier<W>(a, state.seq + 2u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_2);
-        if (ok) {
-            // 5. Gather the other shards.
-            for (u64 base = first; base < shard; base += step) {
-                Pack v[UNROLL][SLOTS];
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) {
-                    const u64 j = base + u * stride;
-#pragma unroll
-                    for (int s = 0; s < SLOTS; ++s) {
-                        const u64 i = (u64)s * shard + j;
-                        if ((u32)s < world && (u32)s != rank && j < shard && i < packs)
-                            v[u][s] = ld_pack_sys(my_half + area + ((u64)s * shard + j) * 16u);
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) {
-                    const u64 j = base + u * stride;
-#pragma unroll
-                    for (int s = 0; s < SLOTS; ++s) {
-                        const u64 i = (u64)s * shard + j;
-                        if ((u32)s < world && (u32)s != rank && j < shard && i < packs)
-                            st_io(out + i * 16u, v[u][s], aligned);
-                    }
-                }
-            }
+        for (u64 base = first; ok && base < sh.shard; base += stride * UNROLL) {
+            const Step st{base, stride, sh.shard};
+            load_shards<W, UNROLL>(a, st, sh, v,
+                                   [&](u32 s, u64 j) { return ld_pack_sys(my_half + area + (s * sh.shard + j) * 16u); });
+            use_shards<W, UNROLL>(a, st, sh, v,
+                                  [&](u32 s, u64 j, const Pack& p) { st_io(out + (s * sh.shard + j) * 16u, p, aligned); });
         }
     }
     if (!ok) poison_output(a, false, first, stride);
 }
 
-CT_KERNEL colltune_two_shot_pull_all_reduce_bf16(const CollArgs a) { two_shot_all_reduce<kWorld, Bf16>(a); }
-CT_KERNEL colltune_two_shot_pull_all_reduce_f16(const CollArgs a) { two_shot_all_reduce<kWorld, F16>(a); }
-CT_KERNEL colltune_two_shot_pull_all_reduce_f32(const CollArgs a) { two_shot_all_reduce<kWorld, F32>(a); }
+CT_KERNEL colltune_two_shot_pull_all_reduce_bf16(const CollArgs a) { two_shot_pull<kWorld, Bf16>(a); }
+CT_KERNEL colltune_two_shot_pull_all_reduce_f16(const CollArgs a) { two_shot_pull<kWorld, F16>(a); }
+CT_KERNEL colltune_two_shot_pull_all_reduce_f32(const CollArgs a) { two_shot_pull<kWorld, F32>(a); }

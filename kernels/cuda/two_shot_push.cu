@@ -27,175 +27,81 @@
 // and 3, before the same thread writes those outputs in phases 3 and 4).
 
 template <int W, typename E>
-__device__ __forceinline__ void two_shot_push_all_reduce(const CollArgs& a) {
+__device__ __forceinline__ void two_shot_push(const CollArgs& a) {
     dependent_launch_prologue();
-    const int SLOTS = World<W>::SLOTS;
     const int UNROLL = World<W>::UNROLL;
-    u32* ctrl = ctrl_of(a, a.rank);
-    const u32 world = World<W>::size(a);
     const u32 rank = a.rank;
     const u64 packs = a.bytes / 16u;
-    const u64 shard = (packs + world - 1u) / world;
+    const Shards sh{(packs + World<W>::size(a) - 1u) / World<W>::size(a), packs};
     const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
-    const u64 step = stride * UNROLL;
     const bool aligned = a.io_aligned != 0u;
     const char* in = (const char*)a.input;
     char* out = (char*)a.output;
+    // Pack j of input shard s, sentinel words replaced (the Lamport rule).
+    auto input = [&](u32 s, u64 j) { return without_sentinel(ld_io(in + (s * sh.shard + j) * 16u, aligned)); };
 
     // The first scatter step's input does not depend on the call state: its
     // loads are in flight while thread 0 reads the state.
-    Pack send[UNROLL][SLOTS];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-        const u64 j = first + u * stride;
-#pragma unroll
-        for (int s = 0; s < SLOTS; ++s) {
-            const u64 i = (u64)s * shard + j;
-            if ((u32)s < world && (u32)s != rank && j < shard && i < packs)
-                send[u][s] = without_sentinel(ld_io(in + i * 16u, aligned));
-        }
-    }
-    const CallState& state = begin_call(ctrl);
+    Pack v[UNROLL][World<W>::SLOTS];
+    load_shards<W, UNROLL>(a, Step{first, stride, sh.shard}, sh, v, input);
+    const CallState& state = begin_call(ctrl_of(a, rank));
     if (state.poisoned) {
         poison_output(a, false, first, stride);
         return;
     }
     // Bytes of every slot this call writes, which the next push-family call
     // re-arms (a world of one writes none).
-    save_push_state(ctrl, state, world > 1u ? 2u * shard * 16u : 0u);
-    const u32 phase = state.push_phase;
-    const u32 rearm = (phase + 2u) % 3u;
-    const u64 buffer_bytes = (u64)world * a.slot_bytes;
-    const u64 my_slot = (u64)phase * buffer_bytes + (u64)rank * a.slot_bytes;
-    const char* mine = (const char*)a.push_bufs[rank] + (u64)phase * buffer_bytes;
-    // 1. Scatter: pack j of shard s goes to slot `rank` of rank s.
-    for (u64 base = first; base < shard; base += step) {
-        if (base != first) {
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const u64 j = base + u * stride;
-#pragma unroll
-                for (int s = 0; s < SLOTS; ++s) {
-                    const u64 i = (u64)s * shard + j;
-                    if ((u32)s < world && (u32)s != rank && j < shard && i < packs)
-                        send[u][s] = without_sentinel(ld_io(in + i * 16u, aligned));
-                }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 j = base + u * stride;
-#pragma unroll
-            for (int s = 0; s < SLOTS; ++s) {
-                const u64 i = (u64)s * shard + j;
-                if ((u32)s < world && (u32)s != rank && j < shard && i < packs)
-                    lamport_push((char*)a.push_bufs[s] + my_slot + j * 16u, send[u][s]);
-            }
-        }
-    }
+    save_push_state(ctrl_of(a, rank), state, World<W>::size(a) > 1u ? 2u * sh.shard * 16u : 0u);
+    const u64 buffer = (u64)state.push_phase * World<W>::size(a) * a.slot_bytes;
+    const u64 my_slot = buffer + (u64)rank * a.slot_bytes;
+    const char* mine = (const char*)a.push_bufs[rank] + buffer;
 
+    // 1. Scatter: pack j of shard s goes to slot `rank` of rank s.
+    for (u64 base = first; base < sh.shard; base += stride * UNROLL) {
+        const Step st{base, stride, sh.shard};
+        if (base != first) load_shards<W, UNROLL>(a, st, sh, v, input);
+        use_shards<W, UNROLL>(a, st, sh, v, [&](u32 s, u64 j, const Pack& p) {
+            lamport_push((char*)a.push_bufs[s] + my_slot + j * 16u, p);
+        });
+    }
     // Block 0 tells every peer what it calls. (After its scatter stores: the
     // threads that check a peer's call check it before they wait for data, and
     // small messages give them none.)
-    if (lamport_handshake_peer<W>(a) != CT_NO_PEER) handshake_send(a, lamport_handshake_peer<W>(a), state.calls);
-
-    // 2. Re-arm the previous push-family call's buffer (see one_shot_push.cu for why it
-    //    is quiet).
-    const u64 used_packs = (u64)state.used_bytes(rearm) / 16u;
-    char* stale = (char*)a.push_bufs[rank] + (u64)rearm * buffer_bytes;
-#pragma unroll
-    for (int p = 0; p < SLOTS; ++p)
-        if ((u32)p < world && (u32)p != rank) lamport_rearm(stale + (u64)p * a.slot_bytes, used_packs, first, stride);
+    const u32 shake = lamport_handshake_peer<W>(a);
+    if (shake != CT_NO_PEER) handshake_send(a, shake, state.calls);
+    // 2. Re-arm the previous push-family call's buffer.
+    rearm_previous<W>(a, state, first, stride);
 
     // 3. Reduce shard `rank` as its copies land; send the sum to every peer.
-    // The peer's call is checked before any wait for data (see one_shot_push.cu).
-    bool ok = true;
-    const u32 shake = lamport_handshake_peer<W>(a);
-    if (shake != CT_NO_PEER) ok = handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
-    for (u64 base = first; ok && base < shard; base += step) {
-        Pack v[UNROLL][SLOTS];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 j = base + u * stride;
-            const u64 i = (u64)rank * shard + j;
-            if (j >= shard || i >= packs) continue;
-#pragma unroll
-            for (int p = 0; p < SLOTS; ++p) {
-                if ((u32)p >= world) continue;
-                if ((u32)p == rank)
-                    v[u][p] = without_sentinel(ld_io(in + i * 16u, aligned));
-                else
-                    v[u][p] = ld_pack_sys(mine + (u64)p * a.slot_bytes + j * 16u);
-            }
-        }
-        Deadline deadline(a.timeout_ns);
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 j = base + u * stride;
-            const u64 i = (u64)rank * shard + j;
-            if (j >= shard || i >= packs) continue;
-#pragma unroll
-            for (int p = 0; p < SLOTS; ++p) {
-                if ((u32)p >= world || (u32)p == rank || !ok) continue;
-                ok = lamport_wait(v[u][p], mine + (u64)p * a.slot_bytes + j * 16u, deadline, a, p,
-                                  CT_KERNEL_TWO_SHOT_PUSH);
-            }
-        }
-        if (!ok) break;
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 j = base + u * stride;
-            const u64 i = (u64)rank * shard + j;
-            if (j >= shard || i >= packs) continue;
-            const Pack sum = without_sentinel(reduce_ranks<E, SLOTS>(v[u], world));
-            st_io(out + i * 16u, sum, aligned);
-#pragma unroll
-            for (int p = 0; p < SLOTS; ++p)
-                if ((u32)p < world && (u32)p != rank)
-                    lamport_push((char*)a.push_bufs[p] + my_slot + (shard + j) * 16u, sum);
-        }
-    }
+    //    The peer's call is checked before any wait for data (see one_shot_push.cu).
+    bool ok = shake == CT_NO_PEER ||
+              handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
+    const u64 own_first = rank * sh.shard;
+    const u64 own = packs > own_first ? (packs - own_first < sh.shard ? packs - own_first : sh.shard) : 0u;
+    for (u64 base = first; ok && base < own; base += stride * UNROLL)
+        ok = receive_step<W, UNROLL, true>(
+            a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PUSH, [&](u64 j) { return input(rank, j); },
+            [&](u32 p, u64 j) { return mine + (u64)p * a.slot_bytes + j * 16u; },
+            [&](u64 j, const Pack (&r)[World<W>::SLOTS]) {
+                const Pack sum = without_sentinel(reduce_ranks<E, World<W>::SLOTS>(r, World<W>::size(a)));
+                st_io(out + (own_first + j) * 16u, sum, aligned);
+                for_peers<W>(a, [&](u32 q) { lamport_push((char*)a.push_bufs[q] + my_slot + (sh.shard + j) * 16u, sum); });
+            });
 
     // 4. Gather every other shard as its sum lands.
-    for (u64 base = first; ok && base < shard; base += step) {
-        Pack v[UNROLL][SLOTS];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 j = base + u * stride;
-#pragma unroll
-            for (int s = 0; s < SLOTS; ++s) {
-                const u64 i = (u64)s * shard + j;
-                if ((u32)s < world && (u32)s != rank && j < shard && i < packs)
-                    v[u][s] = ld_pack_sys(mine + (u64)s * a.slot_bytes + (shard + j) * 16u);
-            }
-        }
-        Deadline deadline(a.timeout_ns);
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 j = base + u * stride;
-#pragma unroll
-            for (int s = 0; s < SLOTS; ++s) {
-                const u64 i = (u64)s * shard + j;
-                if ((u32)s >= world || (u32)s == rank || j >= shard || i >= packs || !ok) continue;
-                ok = lamport_wait(v[u][s], mine + (u64)s * a.slot_bytes + (shard + j) * 16u, deadline, a, s,
-                                  CT_KERNEL_TWO_SHOT_PUSH);
-            }
-        }
-        if (!ok) break;
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u64 j = base + u * stride;
-#pragma unroll
-            for (int s = 0; s < SLOTS; ++s) {
-                const u64 i = (u64)s * shard + j;
-                if ((u32)s < world && (u32)s != rank && j < shard && i < packs) st_io(out + i * 16u, v[u][s], aligned);
-            }
-        }
+    auto sum_of = [&](u32 s, u64 j) { return mine + (u64)s * a.slot_bytes + (sh.shard + j) * 16u; };
+    for (u64 base = first; ok && base < sh.shard; base += stride * UNROLL) {
+        const Step st{base, stride, sh.shard};
+        load_shards<W, UNROLL>(a, st, sh, v, [&](u32 s, u64 j) { return ld_pack_sys(sum_of(s, j)); });
+        ok = wait_shards<W, UNROLL>(a, st, sh, v, CT_KERNEL_TWO_SHOT_PUSH, sum_of);
+        if (ok)
+            use_shards<W, UNROLL>(a, st, sh, v,
+                                  [&](u32 s, u64 j, const Pack& p) { st_io(out + (s * sh.shard + j) * 16u, p, aligned); });
     }
     if (!ok) poison_output(a, false, first, stride);
 }
 
-CT_KERNEL colltune_two_shot_push_all_reduce_bf16(const CollArgs a) { two_shot_push_all_reduce<kWorld, Bf16>(a); }
-CT_KERNEL colltune_two_shot_push_all_reduce_f16(const CollArgs a) { two_shot_push_all_reduce<kWorld, F16>(a); }
-CT_KERNEL colltune_two_shot_push_all_reduce_f32(const CollArgs a) { two_shot_push_all_reduce<kWorld, F32>(a); }
+CT_KERNEL colltune_two_shot_push_all_reduce_bf16(const CollArgs a) { two_shot_push<kWorld, Bf16>(a); }
+CT_KERNEL colltune_two_shot_push_all_reduce_f16(const CollArgs a) { two_shot_push<kWorld, F16>(a); }
+CT_KERNEL colltune_two_shot_push_all_reduce_f32(const CollArgs a) { two_shot_push<kWorld, F32>(a); }
