@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaStream, sys};
 
-use crate::error::{DriverContext, Result};
+use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
 
 /// One allocation on one device.
@@ -62,7 +62,7 @@ impl DeviceBuffer {
     /// is shared).
     pub fn write_words(&self, words: &[u32]) -> Result<()> {
         if words.len() * 4 > self.bytes {
-            return Err(crate::Error::Unsupported(format!(
+            return Err(Error::Unsupported(format!(
                 "{} words do not fit a device buffer of {} bytes",
                 words.len(),
                 self.bytes

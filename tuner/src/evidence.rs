@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use policy::{Algo, Arch, CapacityEntry, Collective, DType, Link, Mode, TableKey};
 use serde::{Deserialize, Serialize};
-use tuned_schema::{Algo, Arch, Capacity, CapacityEntry, Collective, DType, Link, Mode, TableKey};
 
 use crate::json_layout;
 use crate::named;
@@ -21,7 +21,7 @@ pub const EVIDENCE_VERSION: u32 = 1;
 #[serde(deny_unknown_fields)]
 pub struct Evidence {
     pub evidence_version: u32,
-    pub platform: PlatformRecord,
+    pub platform: MeasuredPlatform,
     pub settings: SettingsRecord,
     /// False when the sweep was interrupted (Ctrl-C) or stopped on an error:
     /// the keys below are then what was measured before it stopped.
@@ -32,7 +32,7 @@ pub struct Evidence {
 /// What was measured, and with which software, for the TOML's provenance.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PlatformRecord {
+pub struct MeasuredPlatform {
     #[serde(with = "named")]
     pub arch: Arch,
     #[serde(with = "named")]
@@ -54,18 +54,61 @@ pub struct PlatformRecord {
     pub date: String,
     /// The capacities the custom kernels had during the sweep: `fit` never lets
     /// a band of a custom algorithm reach past them.
-    pub capacities: Vec<CapacityRecord>,
+    #[serde(with = "capacity_list")]
+    pub capacities: Vec<CapacityEntry>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CapacityRecord {
-    #[serde(with = "named")]
-    pub collective: Collective,
-    #[serde(with = "named")]
-    pub algo: Algo,
-    pub max_bytes: u64,
-    pub align: u64,
+/// `capacities` as the evidence file spells them: one object per entry,
+/// `{collective, algo, max_bytes, align}`.
+mod capacity_list {
+    use policy::{Algo, Capacity, CapacityEntry, Collective};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::named;
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Written {
+        #[serde(with = "named")]
+        collective: Collective,
+        #[serde(with = "named")]
+        algo: Algo,
+        max_bytes: u64,
+        align: u64,
+    }
+
+    pub fn serialize<S: Serializer>(
+        entries: &[CapacityEntry],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let written: Vec<Written> = entries
+            .iter()
+            .map(|e| Written {
+                collective: e.collective,
+                algo: e.algo,
+                max_bytes: e.capacity.max_bytes,
+                align: e.capacity.align,
+            })
+            .collect();
+        written.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<CapacityEntry>, D::Error> {
+        let written = Vec::<Written>::deserialize(deserializer)?;
+        Ok(written
+            .into_iter()
+            .map(|w| CapacityEntry {
+                collective: w.collective,
+                algo: w.algo,
+                capacity: Capacity {
+                    max_bytes: w.max_bytes,
+                    align: w.align,
+                },
+            })
+            .collect())
+    }
 }
 
 /// How the sweep was run; recorded so that a re-fit or a reviewer knows what the
@@ -116,7 +159,7 @@ pub struct PointEvidence {
     pub bytes: u64,
     #[serde(with = "named")]
     pub algo: Algo,
-    pub origin: Origin,
+    pub origin: PointOrigin,
     /// Whether the algorithm's result was checked against the reference
     /// before timing (and matched). False with an `error`: it did not match or
     /// the kernel declined the size; the point has no samples and is never
@@ -133,7 +176,7 @@ pub struct PointEvidence {
 /// Why a size was measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Origin {
+pub enum PointOrigin {
     /// On the sweep grid (powers of two and 1.5× points).
     Grid,
     /// A probe between two grid points where the fastest algorithm changed.
@@ -174,33 +217,6 @@ impl KeyEvidence {
             sizes.entry(point.bytes).or_default().push(point);
         }
         sizes
-    }
-}
-
-impl PlatformRecord {
-    pub fn capacity_entries(&self) -> Vec<CapacityEntry> {
-        self.capacities
-            .iter()
-            .map(|c| CapacityEntry {
-                collective: c.collective,
-                algo: c.algo,
-                capacity: Capacity {
-                    max_bytes: c.max_bytes,
-                    align: c.align,
-                },
-            })
-            .collect()
-    }
-}
-
-impl CapacityRecord {
-    pub fn from_entry(entry: &CapacityEntry) -> CapacityRecord {
-        CapacityRecord {
-            collective: entry.collective,
-            algo: entry.algo,
-            max_bytes: entry.capacity.max_bytes,
-            align: entry.capacity.align,
-        }
     }
 }
 
@@ -381,6 +397,7 @@ impl FailedChecks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use policy::Capacity;
 
     #[test]
     fn failed_checks_are_grouped_and_nccl_is_called_the_baseline() {
@@ -388,7 +405,7 @@ mod tests {
         let nccl_failure = |bytes| PointEvidence {
             bytes,
             algo: Algo::Nccl,
-            origin: Origin::Grid,
+            origin: PointOrigin::Grid,
             verified: false,
             error: Some("verification failed: 3 of 8 bf16 elements wrong".into()),
             samples_us: vec![],
@@ -419,7 +436,7 @@ mod tests {
     pub(crate) fn sample_evidence() -> Evidence {
         Evidence {
             evidence_version: EVIDENCE_VERSION,
-            platform: PlatformRecord {
+            platform: MeasuredPlatform {
                 arch: Arch::SM90,
                 link: Link::NvLink,
                 gpu: "NVIDIA H200".into(),
@@ -430,11 +447,13 @@ mod tests {
                 host: None,
                 tuner_version: "0.1.0".into(),
                 date: "2026-11-29".into(),
-                capacities: vec![CapacityRecord {
+                capacities: vec![CapacityEntry {
                     collective: Collective::AllReduce,
                     algo: Algo::OneShotPush,
-                    max_bytes: 8 << 20,
-                    align: 16,
+                    capacity: Capacity {
+                        max_bytes: 8 << 20,
+                        align: 16,
+                    },
                 }],
             },
             settings: SettingsRecord {
@@ -458,7 +477,7 @@ mod tests {
                     PointEvidence {
                         bytes: 16,
                         algo: Algo::Nccl,
-                        origin: Origin::Grid,
+                        origin: PointOrigin::Grid,
                         verified: true,
                         error: None,
                         samples_us: vec![20.5, 21.0, 20.25],
@@ -466,7 +485,7 @@ mod tests {
                     PointEvidence {
                         bytes: 16,
                         algo: Algo::OneShotPush,
-                        origin: Origin::Grid,
+                        origin: PointOrigin::Grid,
                         verified: false,
                         error: Some("rank 3: element 0 is 1.0, expected 8.0".into()),
                         samples_us: vec![],

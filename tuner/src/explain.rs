@@ -9,8 +9,8 @@
 
 use std::fmt::Write;
 
+use policy::{Algo, Capacity, Collective, Query};
 use serde_json::{Value, json};
-use tuned_schema::{Algo, Capacity, Collective, Query};
 
 use crate::format;
 use crate::show::source_text;
@@ -151,7 +151,7 @@ impl Explanation {
             (Algo::Nccl, why)
         } else {
             let capacity =
-                capacity.unwrap_or_else(|| tuned_schema::default_capacity(key.collective, chosen));
+                capacity.unwrap_or_else(|| policy::default_capacity(key.collective, chosen));
             match decline(key.collective, chosen, world, query.bytes, capacity) {
                 None => (chosen, format!("{} takes the call", chosen.name())),
                 Some(why) => (
@@ -267,7 +267,7 @@ impl Explanation {
                 }
             );
         }
-        if self.runs.is_custom() && q.link == tuned_schema::Link::Pcie {
+        if self.runs.is_custom() && q.link == policy::Link::Pcie {
             let _ = writeln!(
                 out,
                 "note: over PCIe the kernels also decline when the GPUs have no peer access to each other, which only the GPUs can tell"
@@ -346,8 +346,8 @@ pub fn explain(query: Query) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use policy::{Arch, DType, Link, Mode};
     use proptest::prelude::*;
-    use tuned_schema::{Arch, DType, Link, Mode};
 
     fn sm(major: u8, minor: u8) -> Arch {
         Arch::from_compute_capability(major, minor)
@@ -460,7 +460,7 @@ mod tests {
         use Collective::*;
         const MIB: u64 = 1 << 20;
         let check = |c: Collective, a: Algo, w: u32, bytes: u64| {
-            let mut cap = tuned_schema::default_capacity(c, a);
+            let mut cap = policy::default_capacity(c, a);
             if (c, a) == (AllReduce, TwoShotPush) {
                 cap.max_bytes = 0;
             }

@@ -38,7 +38,7 @@
 
 use std::collections::BTreeMap;
 
-use tuned_schema::{Algo, Band, CapacityEntry, TableKey};
+use policy::{Algo, Band, CapacityEntry, TableKey};
 
 use crate::evidence::{Evidence, KeyEvidence};
 use crate::stats;
@@ -102,7 +102,7 @@ pub struct FitResult {
 }
 
 pub fn fit(evidence: &Evidence, settings: &FitSettings) -> FitResult {
-    let capacities = evidence.platform.capacity_entries();
+    let capacities = evidence.platform.capacities.clone();
     let mut keys = Vec::new();
     let mut skipped = Vec::new();
     let mut ordered: Vec<&KeyEvidence> = evidence.keys.iter().collect();
@@ -521,8 +521,8 @@ impl FitResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::{Origin, PointEvidence};
-    use tuned_schema::{Collective, DType, Mode};
+    use crate::evidence::{PointEvidence, PointOrigin};
+    use policy::{Collective, DType, Mode};
 
     /// Evidence for one all-reduce key from exact medians: each algorithm's
     /// samples are its median ± a tiny deterministic jitter.
@@ -541,7 +541,7 @@ mod tests {
                 key.points.push(PointEvidence {
                     bytes,
                     algo,
-                    origin: Origin::Grid,
+                    origin: PointOrigin::Grid,
                     verified: true,
                     error: None,
                     samples_us,

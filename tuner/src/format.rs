@@ -1,8 +1,8 @@
 //! How sizes, times and bands read in the tuner's reports. Display only: the
 //! TOML's canonical spelling of sizes is `tuned_schema`'s business.
 
+use policy::{Band, TableKey};
 use serde_json::{Value, json};
-use tuned_schema::{Band, TableKey};
 
 const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
 
@@ -83,7 +83,7 @@ pub fn duration(seconds: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tuned_schema::Algo;
+    use policy::Algo;
 
     #[test]
     fn sizes_read_naturally() {

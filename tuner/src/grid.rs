@@ -5,7 +5,7 @@
 //! capacity reaches it can take it: 16 bytes for all-reduce, 16 bytes per rank's
 //! share (16·W of output) for all-gather.
 
-use tuned_schema::{Algo, CapacityEntry, Collective};
+use policy::{Algo, CapacityEntry, Collective};
 
 /// The size granularity of a key: the least common multiple of the alignments of
 /// the custom algorithms that implement `collective`, applied to each rank's
@@ -15,7 +15,7 @@ pub fn alignment(capacities: &[CapacityEntry], collective: Collective, world_siz
         .iter()
         .filter(|c| c.collective == collective && c.algo.is_custom())
         .map(|c| c.capacity.align.max(1))
-        .fold(tuned_schema::DEFAULT_ALIGN, lcm);
+        .fold(policy::DEFAULT_ALIGN, lcm);
     collective.output_size(u64::from(world_size.max(1)), per_rank)
 }
 
@@ -106,7 +106,7 @@ pub fn candidates(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tuned_schema::Capacity;
+    use policy::Capacity;
 
     const KIB: u64 = 1024;
     const MIB: u64 = 1024 * KIB;

@@ -10,10 +10,10 @@
 
 use std::collections::BTreeMap;
 
-use tuned_schema::{Algo, TableKey};
+use policy::{Algo, TableKey};
 
 use crate::backend::{Backend, BackendError, Repetitions, Validated};
-use crate::evidence::{Origin, PointEvidence};
+use crate::evidence::{PointEvidence, PointOrigin};
 use crate::stats;
 
 /// Every algorithm measured at one size.
@@ -46,7 +46,7 @@ pub fn measure_point(
     key: TableKey,
     bytes: u64,
     algo: Algo,
-    origin: Origin,
+    origin: PointOrigin,
     effort: &Effort,
 ) -> Result<PointEvidence, (PointEvidence, BackendError)> {
     let mut point = PointEvidence {
@@ -188,7 +188,7 @@ fn round_to_ns(us: f64) -> f64 {
 mod tests {
     use super::*;
     use crate::backend::synthetic::{Drift, SyntheticBackend, SyntheticConfig};
-    use tuned_schema::{Collective, DType, Mode};
+    use policy::{Collective, DType, Mode};
 
     const KEY: TableKey = TableKey {
         collective: Collective::AllReduce,
@@ -214,7 +214,7 @@ mod tests {
         PointEvidence {
             bytes: 4096,
             algo,
-            origin: Origin::Grid,
+            origin: PointOrigin::Grid,
             verified: true,
             error: None,
             samples_us: Vec::new(),
@@ -282,8 +282,8 @@ mod tests {
         let bytes = 34 * 1024;
         let mut column = Column::new();
         for algo in backend.candidates(KEY.collective, KEY.world_size, bytes) {
-            let point =
-                measure_point(&mut backend, KEY, bytes, algo, Origin::Grid, &effort()).unwrap();
+            let point = measure_point(&mut backend, KEY, bytes, algo, PointOrigin::Grid, &effort())
+                .unwrap();
             column.insert(algo, point);
         }
         let rounds = settle(&mut backend, KEY, &mut column, 12, &effort()).unwrap();

@@ -3,9 +3,9 @@
 //! vocabulary crate has no serde of its own; its `name`/`from_name` pairs are
 //! the spelling everywhere, so this module only adapts them.
 
+use policy::{Algo, Arch, Collective, DType, Link, Mode};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serializer};
-use tuned_schema::{Algo, Arch, Collective, DType, Link, Mode};
 
 /// A vocabulary type with one textual spelling.
 pub trait Named: Sized {

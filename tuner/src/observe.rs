@@ -1,7 +1,7 @@
 //! Watching a long measurement (a sweep or a verification) while it runs: the
 //! progress bar and Ctrl-C implement [`Observer`]; tests use [`Quiet`].
 
-use tuned_schema::{Algo, TableKey};
+use policy::{Algo, TableKey};
 
 /// Follows a sweep or a verification as it runs (progress bar, Ctrl-C).
 pub trait Observer {

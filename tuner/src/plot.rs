@@ -10,7 +10,7 @@ use std::path::Path;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use tuned_schema::{Algo, Band, TableKey};
+use policy::{Algo, Band, TableKey};
 
 use crate::evidence::{Evidence, KeyEvidence};
 use crate::format;

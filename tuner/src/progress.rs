@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use tuned_schema::{Algo, TableKey};
+use policy::{Algo, TableKey};
 
 use crate::format;
 use crate::observe::Observer;

@@ -6,9 +6,9 @@
 
 use std::fmt::Write;
 
+use policy::{Arch, Collective, DType, Link, Mode};
 use policy::{PlatformInfo, TableInfo};
 use serde_json::{Value, json};
-use tuned_schema::{Arch, Collective, DType, Link, Mode};
 
 use crate::format;
 use crate::tables::TableSet;
@@ -259,7 +259,7 @@ fn bands_line(t: &TableInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tuned_schema::{Algo, Band, Capacity, CapacityEntry, TableKey};
+    use policy::{Algo, Band, Capacity, CapacityEntry, TableKey};
 
     static BANDS: [Band; 2] = [
         Band {

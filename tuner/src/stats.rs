@@ -9,11 +9,11 @@
 //! whose seed the caller derives from what is being summarised (see [`seed_for`]),
 //! so the same samples always give the same interval, in any order of work.
 
+use policy::Collective;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use statrs::distribution::{ContinuousCDF, Normal};
 use statrs::statistics::{Data, OrderStatistics};
-use tuned_schema::Collective;
 
 /// Bootstrap resamples behind every confidence interval: enough for stable 2.5 %
 /// and 97.5 % percentiles (about 25 resamples lie beyond each).

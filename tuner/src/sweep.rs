@@ -18,11 +18,11 @@
 
 use std::collections::BTreeMap;
 
-use tuned_schema::{Algo, Collective, DType, Mode, TableKey};
+use policy::{Algo, Collective, DType, Mode, TableKey};
 
 use crate::backend::{Backend, BackendError, Repetitions};
 use crate::evidence::{
-    CapacityRecord, EVIDENCE_VERSION, Evidence, KeyEvidence, Origin, PlatformRecord, SettingsRecord,
+    EVIDENCE_VERSION, Evidence, KeyEvidence, MeasuredPlatform, PointOrigin, SettingsRecord,
 };
 use crate::grid;
 use crate::measure::{self, Column, Effort};
@@ -196,7 +196,7 @@ pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan
 /// The grid of one key, plus the capacity of each custom algorithm inside the
 /// range (aligned down), so a band can reach exactly as far as its kernel can.
 fn key_sizes(
-    capacities: &[tuned_schema::CapacityEntry],
+    capacities: &[policy::CapacityEntry],
     key: TableKey,
     align: u64,
     settings: &SweepSettings,
@@ -236,7 +236,7 @@ pub fn sweep(
     let platform = backend.platform();
     let mut evidence = Evidence {
         evidence_version: EVIDENCE_VERSION,
-        platform: PlatformRecord {
+        platform: MeasuredPlatform {
             arch: platform.arch,
             link: platform.link,
             gpu: platform.gpu,
@@ -247,11 +247,7 @@ pub fn sweep(
             host: platform.host,
             tuner_version: env!("CARGO_PKG_VERSION").to_string(),
             date: date.to_string(),
-            capacities: platform
-                .capacities
-                .iter()
-                .map(CapacityRecord::from_entry)
-                .collect(),
+            capacities: platform.capacities.clone(),
         },
         settings: SettingsRecord {
             min_bytes: settings.min_bytes,
@@ -320,7 +316,7 @@ struct KeyRun<'a> {
 impl KeyRun<'_> {
     fn measure_key(&mut self, plan: &KeyPlan, observer: &mut dyn Observer) -> Result<(), Stop> {
         for &bytes in &plan.sizes {
-            self.measure_size(bytes, Origin::Grid, observer)?;
+            self.measure_size(bytes, PointOrigin::Grid, observer)?;
         }
         for pair in plan.sizes.windows(2) {
             let mut budget = self.settings.max_bisect_steps;
@@ -334,7 +330,7 @@ impl KeyRun<'_> {
     fn measure_size(
         &mut self,
         bytes: u64,
-        origin: Origin,
+        origin: PointOrigin,
         observer: &mut dyn Observer,
     ) -> Result<(), Stop> {
         let candidates = self
@@ -373,8 +369,8 @@ impl KeyRun<'_> {
             return Err(Stop::Interrupted);
         }
         let rounds = match origin {
-            Origin::Grid => self.settings.max_remeasure_rounds,
-            Origin::Bisect => self.settings.max_probe_rounds,
+            PointOrigin::Grid => self.settings.max_remeasure_rounds,
+            PointOrigin::Bisect => self.settings.max_probe_rounds,
         };
         let column = self.columns.entry(bytes).or_default();
         let settled = measure::settle(&mut *self.backend, self.key, column, rounds, &self.effort);
@@ -457,7 +453,7 @@ impl KeyRun<'_> {
             .candidates(self.key.collective, self.key.world_size, mid)
             .len();
         observer.points_added(count as u64);
-        self.measure_size(mid, Origin::Bisect, observer)?;
+        self.measure_size(mid, PointOrigin::Bisect, observer)?;
         self.probe(low, mid, align, budget, observer)?;
         self.probe(mid, high, align, budget, observer)
     }
@@ -523,7 +519,7 @@ mod tests {
         let probes: Vec<u64> = key
             .points
             .iter()
-            .filter(|p| p.origin == Origin::Bisect)
+            .filter(|p| p.origin == PointOrigin::Bisect)
             .map(|p| p.bytes)
             .collect();
         for planted in [32 * 1024, 256 * 1024, 4 << 20] {
@@ -659,7 +655,7 @@ mod tests {
         }
         let probes: Vec<u64> = points
             .iter()
-            .filter(|p| p.origin == Origin::Bisect)
+            .filter(|p| p.origin == PointOrigin::Bisect)
             .map(|p| p.bytes)
             .collect();
         assert!(

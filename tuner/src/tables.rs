@@ -1,19 +1,18 @@
 //! The tables `show` and `explain` read: the ones compiled into `policy`, or
 //! tuned files read from disk (a sweep's output, before it is compiled). Both
 //! answer through the rules `policy` generates its code from: which file
-//! answers a platform ([`tuned_schema::Arch::answered_by`]), which band holds
+//! answers a platform ([`policy::Arch::answered_by`]), which band holds
 //! a size, and which capacity a custom algorithm has there (the file's entry,
-//! else [`tuned_schema::default_capacity`]). For the compiled tables the
+//! else [`policy::default_capacity`]). For the compiled tables the
 //! answers are `policy`'s own functions; for files, `tuned_schema::interpret`,
 //! the reference the generated code is tested against.
 
 use std::path::Path;
 
+use policy::{Algo, Arch, Band, Capacity, CapacityEntry, Collective, Link, Query};
 use policy::{PlatformInfo, TableInfo};
-use tuned_schema::parse::parse_document;
-use tuned_schema::{
-    Algo, Arch, Band, Capacity, CapacityEntry, Collective, Document, Link, Query, interpret,
-};
+use tuned_schema::validate::parse_document;
+use tuned_schema::{Document, interpret};
 
 /// A set of platform files.
 #[derive(Clone, Copy, Debug)]
@@ -175,8 +174,8 @@ fn platform_info(doc: &Document, path: &str) -> PlatformInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use policy::{DType, Mode};
     use proptest::prelude::*;
-    use tuned_schema::{DType, Mode};
 
     /// The repository's `tuned/`, read once.
     fn repository_tuned() -> TableSet {

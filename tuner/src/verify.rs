@@ -29,11 +29,12 @@
 //! intervals lie at or below their limits; INCONCLUSIVE otherwise: the noise
 //! is too high (or the regret too close to a limit) to tell.
 
+use policy::{Algo, Collective, DType, Mode, TableKey};
+use tuned_schema::Document;
 use tuned_schema::interpret;
-use tuned_schema::{Algo, Collective, DType, Document, Mode, TableKey};
 
 use crate::backend::{Backend, Repetitions};
-use crate::evidence::{Origin, PointEvidence};
+use crate::evidence::{PointEvidence, PointOrigin};
 use crate::grid;
 use crate::measure::{self, Column, Effort};
 use crate::observe::{Observer, RunStatus};
@@ -673,7 +674,7 @@ impl SizeJudge<'_> {
                 key,
                 bytes,
                 algo,
-                Origin::Grid,
+                PointOrigin::Grid,
                 &self.settings.effort,
             )
             .map_err(|(_, e)| failed(key, algo, bytes, &e))?;
@@ -703,7 +704,7 @@ impl SizeJudge<'_> {
                 PointEvidence {
                     bytes,
                     algo,
-                    origin: Origin::Grid,
+                    origin: PointOrigin::Grid,
                     verified: true,
                     error: None,
                     samples_us: Vec::new(),
@@ -1133,7 +1134,7 @@ mod tests {
     use crate::observe::Quiet;
     use crate::sweep::{SweepSettings, sweep};
     use crate::write::build_document;
-    use tuned_schema::Band;
+    use policy::Band;
 
     fn key() -> TableKey {
         TableKey {

@@ -6,13 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
+use policy::{Arch, Link};
 use tuned_schema::merge::Merged;
-use tuned_schema::parse::parse_document;
+use tuned_schema::validate::parse_document;
 use tuned_schema::validate::validate_documents;
 use tuned_schema::write::to_toml_string;
-use tuned_schema::{
-    Arch, Assertion, Diagnostic, Document, Link, Platform, Provenance, Source, Table,
-};
+use tuned_schema::{Assertion, Diagnostic, Document, Platform, Provenance, Source, Table};
 
 use crate::evidence::Evidence;
 use crate::fit::{FitResult, FitSettings, KeyFit};
@@ -62,7 +61,7 @@ pub fn build_document(
                 evidence: evidence_file.map(str::to_string),
             },
         },
-        capacities: platform.capacity_entries(),
+        capacities: platform.capacities.clone(),
         tables: fit
             .keys
             .iter()

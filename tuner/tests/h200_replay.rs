@@ -17,9 +17,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
+use policy::{Algo, Band, Collective, DType, TableKey};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tuned_schema::{Algo, Band, Collective, DType, TableKey};
 use tuner::backend::{Backend, BackendError, PlatformDesc, Repetitions, Validated};
 use tuner::evidence::Evidence;
 use tuner::fit::{FitSettings, fit};
@@ -170,7 +170,7 @@ impl Backend for Replay {
             cuda: None,
             nccl: None,
             host: None,
-            capacities: p.capacity_entries(),
+            capacities: p.capacities.clone(),
         }
     }
 
@@ -231,7 +231,7 @@ impl Backend for Replay {
 
 fn committed() -> tuned_schema::Document {
     let text = std::fs::read_to_string(TABLE).unwrap();
-    tuned_schema::parse::parse_document(TABLE, &text).unwrap()
+    tuned_schema::validate::parse_document(TABLE, &text).unwrap()
 }
 
 /// Over the recorded sizes from `low` to `high` where both ran: the mean of

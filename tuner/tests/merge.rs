@@ -9,8 +9,9 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use tuned_schema::parse::parse_document;
-use tuned_schema::{Collective, DType, Document, Mode, Source, Table, TableKey, TableSource};
+use policy::{Collective, DType, Mode, TableKey};
+use tuned_schema::validate::parse_document;
+use tuned_schema::{Document, Source, Table, TableSource};
 
 fn tuner(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tuner"))

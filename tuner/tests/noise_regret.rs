@@ -5,7 +5,8 @@
 //! crossovers at its own random sizes between the sweep's grid points
 //! (`SyntheticConfig::planted`). The sweep runs with the tuner's defaults.
 
-use tuned_schema::{Algo, Collective, DType, Document, Mode, TableKey, interpret};
+use policy::{Algo, Collective, DType, Mode, TableKey};
+use tuned_schema::{Document, interpret};
 use tuner::backend::synthetic::{Drift, NoiseShape, SyntheticBackend, SyntheticConfig};
 use tuner::backend::{Backend, Repetitions};
 use tuner::fit::{FitSettings, fit};

@@ -4,9 +4,9 @@
 //! "truly" is the noise-free model at the very sizes `verify` measured. What
 //! it cannot tell at that noise it calls INCONCLUSIVE.
 
+use policy::{Algo, Collective, DType, Mode};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tuned_schema::{Algo, Collective, DType, Mode};
 use tuner::backend::synthetic::{SyntheticBackend, SyntheticConfig};
 use tuner::backend::{Backend, Repetitions};
 use tuner::fit::{FitSettings, fit};

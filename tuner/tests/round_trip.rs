@@ -7,8 +7,9 @@
 
 mod common;
 
+use policy::Algo;
 use tuned_schema::folder::load_folder;
-use tuned_schema::{Algo, interpret};
+use tuned_schema::interpret;
 use tuner::commands::{self, Exit, FitArgs, FitCommandArgs};
 use tuner::fit::{FitSettings, fit};
 use tuner::write::{build_document, render, toml_file_name};

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use tuned_schema::{Algo, Band, Collective, DType, Mode, TableKey};
+use policy::{Algo, Band, Collective, DType, Mode, TableKey};
 use tuner::backend::Repetitions;
 use tuner::backend::synthetic::{LatencyModel, SyntheticBackend, SyntheticConfig};
 use tuner::fit::{FitSettings, fit};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaGraph;
 
-use super::rank::RankResources;
+use super::resources::RankResources;
 use crate::error::{DriverContext, Result};
 
 /// Keeps a rank's buffers, mappings, kernels and NCCL communicator alive

@@ -25,7 +25,7 @@ impl RankComm {
     /// element offset. The dtype is `T` on both sides by construction. Every
     /// rank must pass the same `T` and length, as with NCCL: the custom
     /// kernels check it (block 0's handshake), and ranks whose calls differ
-    /// get [`Error::Mismatch`](crate::Error::Mismatch) naming both calls; NCCL
+    /// get [`Error::Mismatch`](crate::error::Error::Mismatch) naming both calls; NCCL
     /// cannot tell.
     pub fn all_reduce<T: Element>(
         &mut self,
@@ -117,13 +117,12 @@ impl RankComm {
     /// Whether a forced `algo` would decline a call of `bytes` (output bytes).
     /// `None` when it would run. NCCL never declines.
     pub fn would_decline(&self, collective: Collective, algo: Algo, bytes: u64) -> Option<Decline> {
+        self.decline(&CallShape::new(collective, algo, self.world_size, bytes))
+    }
+
+    fn decline(&self, shape: &CallShape) -> Option<Decline> {
         decline(
-            &CallShape {
-                collective,
-                algo,
-                world: self.world_size,
-                bytes,
-            },
+            shape,
             &self.res.shared.caps,
             self.res.shared.registration.plan(),
             self.res.shared.peer_access,
@@ -201,23 +200,22 @@ impl RankComm {
             Select::Policy(mode) => self.policy_choice(collective, dtype, mode, bytes),
             Select::Force(algo) => algo,
         };
+        // The call's per-rank size and registry entry, worked out once.
+        let shape = CallShape::new(collective, algo, self.world_size, bytes);
         let call = Call {
             collective,
             dtype,
             input,
             output,
-            bytes_per_rank: collective.per_rank_size(self.world_size as u64, bytes),
+            bytes_per_rank: shape.bytes_per_rank,
         };
-        let ran = if algo.is_custom() {
-            match self.would_decline(collective, algo, bytes) {
-                None => self.launch_custom(algo, &call).map(|()| algo),
-                Some(reason) => {
-                    self.log_decline(collective, algo, dtype, bytes, reason);
-                    self.run_fallback(&call).map(|()| Algo::Nccl)
-                }
+        let ran = match self.decline(&shape) {
+            None if shape.custom.is_some() => self.launch_custom(algo, &call).map(|()| algo),
+            None => self.run_fallback(&call).map(|()| Algo::Nccl),
+            Some(reason) => {
+                self.log_decline(collective, algo, dtype, bytes, reason);
+                self.run_fallback(&call).map(|()| Algo::Nccl)
             }
-        } else {
-            self.run_fallback(&call).map(|()| Algo::Nccl)
         };
         ran.map_err(|e| self.res.health.fail(e))
     }

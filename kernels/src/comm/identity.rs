@@ -69,7 +69,7 @@ impl Identity {
             pid: std::process::id(),
             uuid: crate::ipc::hex_encode(&uuid),
             bus_id: ffi::pci_bus_id(ctx.cu_device())?,
-            sms: super::sm_count(ctx)?,
+            sms: super::setup::sm_count(ctx)?,
         })
     }
 }

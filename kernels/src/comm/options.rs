@@ -9,7 +9,7 @@ use crate::vocab::{Algo, Mode};
 pub struct Options {
     /// Bound on every device-side wait for a peer. A rank whose peer does not
     /// arrive within it records a fault that [`RankComm::check`](super::RankComm::check)
-    /// returns as [`Error::Timeout`](crate::Error::Timeout). Default 1 s: far
+    /// returns as [`Error::Timeout`](crate::error::Error::Timeout). Default 1 s: far
     /// above a healthy wait, including processes that share one GPU, whose
     /// contexts are time-sliced (about 2.2 ms per exchange on an H200), and short
     /// enough that a dead peer is reported quickly.
@@ -39,7 +39,7 @@ pub struct Options {
     /// the goodbye when a rank is dropped. In every world it also bounds a
     /// collective that NCCL answers with "in progress" (still connecting to its
     /// peers). A peer that never joins ends in
-    /// [`Error::Timeout`](crate::Error::Timeout) after it. Default 60 s: processes
+    /// [`Error::Timeout`](crate::error::Error::Timeout) after it. Default 60 s: processes
     /// start at different times and each compiles the kernels.
     pub join_timeout: Duration,
     /// Where every device-side sequence counter starts (barrier values, push
@@ -59,7 +59,7 @@ pub struct Options {
     /// Create NCCL communicators in blocking mode. For A/B measurements of
     /// NCCL's own cost only: a blocking communicator can wait without a bound
     /// (forming the world, a collective whose peer never calls), which the
-    /// default non-blocking mode turns into [`Error::Timeout`](crate::Error::Timeout).
+    /// default non-blocking mode turns into [`Error::Timeout`](crate::error::Error::Timeout).
     /// Default false.
     pub nccl_blocking: bool,
 }

@@ -24,16 +24,16 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use cudarc::driver::{CudaContext, CudaStream};
 
-use super::arch_of;
 use super::identity::{self, Identity};
+use super::membership::{Exchange, Membership};
 use super::options::{Fallback, Options};
-use super::rank::{RankComm, RankParts, WorldShared};
+use super::rank::{RankComm, RankParts};
 use super::registration::{BUFFER_NAMES, MappedMemory, RankMemory, Registration, Slot};
-use super::world::{block_size, check_world_size, launch_shape};
+use super::resources::WorldShared;
+use super::setup::{arch_of, block_size, check_world_size, launch_shape};
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
 use crate::ipc::IpcHandle;
@@ -44,7 +44,6 @@ use crate::protocol::launch::{LaunchShape, Placement};
 use crate::protocol::layout::{BufferPlan, Capacities};
 use crate::protocol::reach::{self, Decision};
 use crate::protocol::registry;
-use crate::rendezvous::nccl::NcclRendezvous;
 use crate::rendezvous::{FileRendezvous, Rendezvous};
 use crate::selection::{self, Selector};
 use crate::vocab::{DType, Link};
@@ -87,94 +86,6 @@ impl ProcessSpec {
     pub fn with_dtype(mut self, dtype: DType) -> ProcessSpec {
         self.dtype = Some(dtype);
         self
-    }
-}
-
-enum Exchange {
-    Nccl,
-    Other(Box<dyn Rendezvous>),
-}
-
-/// How a rank of a world of processes talks to the others outside kernels.
-pub(crate) struct Membership {
-    exchange: Exchange,
-    rank: usize,
-    world: usize,
-    timeout: Duration,
-}
-
-impl Membership {
-    fn exchange(
-        &mut self,
-        nccl: Option<&NcclComm>,
-        stream: &Arc<CudaStream>,
-        round: &str,
-        mine: &[u8],
-    ) -> Result<Vec<Vec<u8>>> {
-        match (&mut self.exchange, nccl) {
-            (Exchange::Other(rendezvous), _) => rendezvous.exchange(round, mine),
-            (Exchange::Nccl, Some(comm)) => NcclRendezvous {
-                comm,
-                stream,
-                rank: self.rank,
-                world: self.world,
-                timeout: self.timeout,
-            }
-            .exchange(round, mine),
-            (Exchange::Nccl, None) => unreachable!("an NCCL membership keeps its communicator"),
-        }
-    }
-
-    /// One round of digests; a peer's `failed` field becomes this rank's error.
-    fn round(
-        &mut self,
-        nccl: Option<&NcclComm>,
-        stream: &Arc<CudaStream>,
-        round: &str,
-        mine: &Digest,
-    ) -> Result<Vec<Digest>> {
-        let blobs = self.exchange(nccl, stream, round, &mine.encode())?;
-        let digests = blobs
-            .iter()
-            .enumerate()
-            .map(|(r, blob)| {
-                Digest::decode(blob)
-                    .map_err(|e| Error::Mismatch(format!("rank {r}'s `{round}` blob: {e}")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        for (r, digest) in digests.iter().enumerate() {
-            if let (true, Some(why)) = (r != self.rank, digest.get("failed")) {
-                return Err(Error::Unsupported(format!(
-                    "rank {r} could not join the world: {why}"
-                )));
-            }
-        }
-        Ok(digests)
-    }
-
-    /// `step`'s error, told to the peers in round `next` before it is returned.
-    fn tell_failure<T>(
-        &mut self,
-        nccl: Option<&NcclComm>,
-        stream: &Arc<CudaStream>,
-        next: &str,
-        step: Result<T>,
-    ) -> Result<T> {
-        if let Err(e) = &step {
-            let blob = Digest::new().with("failed", e).encode();
-            let _ = self.exchange(nccl, stream, next, &blob);
-        }
-        step
-    }
-
-    /// The last round: every peer has drained its stream, so nobody reads this
-    /// rank's memory any more.
-    pub(crate) fn leave(
-        &mut self,
-        nccl: Option<&NcclComm>,
-        stream: &Arc<CudaStream>,
-    ) -> Result<()> {
-        self.exchange(nccl, stream, "goodbye", b"").map(|_| ())
     }
 }
 

@@ -11,7 +11,7 @@ use std::fmt;
 
 use super::PACK_BYTES;
 use super::layout::{BufferPlan, Capacities};
-use super::registry::{self, Region};
+use super::registry::{self, CustomAlgorithm, Region};
 use crate::vocab::{Algo, Collective};
 
 /// Why a custom algorithm declined a call.
@@ -48,7 +48,8 @@ impl fmt::Display for Decline {
     }
 }
 
-/// One call as the decline rule sees it.
+/// One call as the decline rule sees it, and as the launch then uses it: its
+/// per-rank size and registry entry are worked out once, here.
 #[derive(Clone, Copy, Debug)]
 pub struct CallShape {
     pub collective: Collective,
@@ -56,13 +57,23 @@ pub struct CallShape {
     pub world: usize,
     /// Output bytes (all-gather: world x share), as in `policy::Query`.
     pub bytes: u64,
+    /// Bytes each rank contributes: the message for all-reduce, one share for
+    /// all-gather.
+    pub bytes_per_rank: u64,
+    /// The algorithm's registry entry (`None` for NCCL).
+    pub custom: Option<&'static CustomAlgorithm>,
 }
 
 impl CallShape {
-    /// Bytes each rank contributes: the message for all-reduce, one share for
-    /// all-gather.
-    pub fn bytes_per_rank(&self) -> u64 {
-        self.collective.per_rank_size(self.world as u64, self.bytes)
+    pub fn new(collective: Collective, algo: Algo, world: usize, bytes: u64) -> CallShape {
+        CallShape {
+            collective,
+            algo,
+            world,
+            bytes,
+            bytes_per_rank: collective.per_rank_size(world as u64, bytes),
+            custom: registry::custom(algo),
+        }
     }
 }
 
@@ -74,9 +85,8 @@ pub fn decline(
     plan: &BufferPlan,
     peer_access: bool,
 ) -> Option<Decline> {
-    if !call.algo.is_custom() {
-        return None;
-    }
+    // NCCL (no registry entry) never declines.
+    let custom = call.custom?;
     if !call.algo.implements(call.collective) {
         return Some(Decline::NotImplemented);
     }
@@ -93,14 +103,13 @@ pub fn decline(
         });
     }
     // Whatever a table says, the kernels move whole 16-byte packs per rank.
-    let per_rank = call.bytes_per_rank();
+    let per_rank = call.bytes_per_rank;
     if call.collective == Collective::AllGather && !call.bytes.is_multiple_of(call.world as u64)
         || per_rank == 0
         || !per_rank.is_multiple_of(PACK_BYTES)
     {
         return Some(Decline::Misaligned);
     }
-    let custom = registry::custom(call.algo).expect("a custom algorithm is registered");
     let need = (custom.footprint)(per_rank, call.world);
     let room = match custom.region {
         Region::Push => plan.slot_bytes,
@@ -137,12 +146,7 @@ mod tests {
     fn check(collective: Collective, algo: Algo, world: usize, bytes: u64) -> Option<Decline> {
         let caps = defaults();
         let plan = BufferPlan::new(&caps, world, false).unwrap();
-        let call = CallShape {
-            collective,
-            algo,
-            world,
-            bytes,
-        };
+        let call = CallShape::new(collective, algo, world, bytes);
         decline(&call, &caps, &plan, true)
     }
 
@@ -217,12 +221,7 @@ mod tests {
         let caps = defaults();
         let plan = BufferPlan::new(&caps, 2, false).unwrap();
         for algo in [OneShotPush, OneShotPull, TwoShotPull] {
-            let call = CallShape {
-                collective: AllReduce,
-                algo,
-                world: 2,
-                bytes: 64,
-            };
+            let call = CallShape::new(AllReduce, algo, 2, 64);
             assert_eq!(
                 decline(&call, &caps, &plan, false),
                 Some(Decline::NoPeerAccess)
@@ -241,12 +240,7 @@ mod tests {
             },
         });
         let plan = BufferPlan::new(&caps, 2, false).unwrap();
-        let call = CallShape {
-            collective: AllReduce,
-            algo: OneShotPull,
-            world: 2,
-            bytes: 24,
-        };
+        let call = CallShape::new(AllReduce, OneShotPull, 2, 24);
         assert_eq!(
             decline(&call, &caps, &plan, true),
             Some(Decline::Misaligned)
@@ -258,12 +252,7 @@ mod tests {
         let caps = defaults();
         let mut plan = BufferPlan::new(&caps, 2, false).unwrap();
         plan.slot_bytes = 32;
-        let call = CallShape {
-            collective: AllReduce,
-            algo: OneShotPush,
-            world: 2,
-            bytes: 48,
-        };
+        let call = CallShape::new(AllReduce, OneShotPush, 2, 48);
         assert_eq!(
             decline(&call, &caps, &plan, true),
             Some(Decline::BufferTooSmall)

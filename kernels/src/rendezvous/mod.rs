@@ -31,7 +31,7 @@ pub trait Rendezvous: Send {
     /// Every rank calls this with the same `round` (a short name of letters,
     /// digits, `-` and `_`, used once per world) and its own bytes, and gets every
     /// rank's bytes in rank order, its own included. A rank that does not arrive
-    /// within the rendezvous's bound gives [`Error::Timeout`](crate::Error::Timeout)
+    /// within the rendezvous's bound gives [`Error::Timeout`](crate::error::Error::Timeout)
     /// naming it, never a hang.
     fn exchange(&mut self, round: &str, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
 
@@ -49,7 +49,7 @@ pub(crate) fn check_round_name(round: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(crate::Error::Mismatch(format!(
+        Err(crate::error::Error::Mismatch(format!(
             "a rendezvous round is named with 1..=64 letters, digits, `-` or `_`, not {round:?}"
         )))
     }

@@ -5,9 +5,10 @@
 //! The proc-macro in `policy-macros` is a thin shell over this crate; the tuner
 //! writes files through it; `policy` re-exports the vocabulary.
 //!
-//! - [`parse::parse_document`] / [`parse::parse_file`]: TOML text → [`Document`]
-//!   (with positions), errors as [`Diagnostic`]s naming `file:line:col`;
-//! - [`validate::validate`]: every rule, within and across files;
+//! - [`parse::parse_file`]: TOML text → [`Document`] (with positions), errors
+//!   as [`Diagnostic`]s naming `file:line:col`;
+//! - [`validate::validate`]: every rule, within and across files, and
+//!   [`validate::parse_document`], one file parsed and checked on its own;
 //! - [`write::to_toml_string`]: the canonical text of a document;
 //! - [`interpret`]: the reference meaning of a set of documents;
 //! - [`folder::load_folder`]: all of the above for a folder of files;

@@ -1,7 +1,7 @@
 //! The rules a set of parsed files must follow, each broken rule reported at the
 //! line:col where it is broken.
 //!
-//! Per file ([`check_file`]): a published file has a citation; capacities are for
+//! Per file ([`check_file`]; [`parse_document`] parses and checks one file): a published file has a citation; capacities are for
 //! custom algorithms that implement their collective, with `max` a positive multiple
 //! of `align`; tables have `2 ≤ world_size ≤ 1024`, algorithms that implement the
 //! collective, positive strictly increasing band maxima ending with exactly one open
@@ -56,6 +56,18 @@ pub fn validate_documents(docs: &[Document]) -> Result<(), Vec<Diagnostic>> {
         return Err(diagnostics);
     }
     validate(&files)
+}
+
+/// Parses and validates one file on its own (everything but the checks that need
+/// the other files: duplicate platforms and `[[assert]]`s naming other platforms).
+pub fn parse_document(path: &str, text: &str) -> Result<Document, Vec<Diagnostic>> {
+    let file = parse_file(path, text)?;
+    let diagnostics = check_file(&file);
+    if diagnostics.is_empty() {
+        Ok(file.document)
+    } else {
+        Err(diagnostics)
+    }
 }
 
 /// The rules that concern one file alone.

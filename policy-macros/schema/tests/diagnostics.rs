@@ -2,7 +2,8 @@
 //! it points at. The base file below is valid; each test changes one thing.
 
 use tuned_schema::Diagnostic;
-use tuned_schema::parse::{ParsedFile, parse_document, parse_file};
+use tuned_schema::parse::{ParsedFile, parse_file};
+use tuned_schema::validate::parse_document;
 use tuned_schema::validate::validate;
 
 /// A valid file whose `[[table]]` bands start on line 21 and whose extra

@@ -3,7 +3,7 @@
 //! saying where it came from.
 
 use tuned_schema::merge::{CapacityChange, merge};
-use tuned_schema::parse::parse_document;
+use tuned_schema::validate::parse_document;
 use tuned_schema::validate::validate_documents;
 use tuned_schema::write::to_toml_string;
 use tuned_schema::*;

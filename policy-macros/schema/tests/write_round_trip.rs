@@ -4,7 +4,8 @@
 
 use proptest::collection::vec;
 use proptest::prelude::*;
-use tuned_schema::parse::{parse_document, parse_file};
+use tuned_schema::parse::parse_file;
+use tuned_schema::validate::parse_document;
 use tuned_schema::validate::validate_documents;
 use tuned_schema::write::to_toml_string;
 use tuned_schema::*;

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use crate::harness::timing::{self, DeviceInfo, TimingSpec};
 use kernels::{Options, RankComm};
-use tuned_schema::{Algo, CapacityEntry, Collective, DType, Link, TableKey};
+use policy::{Algo, CapacityEntry, Collective, DType, Link, TableKey};
 
 use super::{Backend, BackendError, PlatformDesc, Repetitions, Validated};
 use crate::stats;
@@ -296,7 +296,7 @@ fn world_sizes_up_to(count: usize) -> Vec<u32> {
 }
 
 /// What `policy` (and so `kernels`) gives each custom algorithm here.
-fn capacities(arch: tuned_schema::Arch, link: Link) -> Vec<CapacityEntry> {
+fn capacities(arch: policy::Arch, link: Link) -> Vec<CapacityEntry> {
     let mut entries = Vec::new();
     for collective in Collective::ALL {
         for &algo in collective.algos() {

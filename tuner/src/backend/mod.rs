@@ -2,7 +2,7 @@
 //! [`Backend`] trait; `gpu` implements it on real devices through `kernels`,
 //! `synthetic` with a seeded latency model for machines without a GPU.
 
-use tuned_schema::{Algo, Arch, CapacityEntry, Collective, Link, TableKey};
+use policy::{Algo, Arch, CapacityEntry, Collective, Link, TableKey};
 
 use crate::grid;
 

@@ -13,9 +13,9 @@
 
 use std::collections::BTreeMap;
 
+use policy::{Algo, Arch, Capacity, CapacityEntry, Collective, DType, Link, Mode, TableKey};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tuned_schema::{Algo, Arch, Capacity, CapacityEntry, Collective, DType, Link, Mode, TableKey};
 
 use super::{Backend, BackendError, PlatformDesc, Repetitions, Validated};
 
@@ -292,7 +292,7 @@ pub fn default_capacities() -> Vec<CapacityEntry> {
                 entries.push(CapacityEntry {
                     collective,
                     algo,
-                    capacity: tuned_schema::default_capacity(collective, algo),
+                    capacity: policy::default_capacity(collective, algo),
                 });
             }
         }
@@ -461,7 +461,7 @@ pub fn capacity(collective: Collective, algo: Algo, max_bytes: u64) -> CapacityE
         algo,
         capacity: Capacity {
             max_bytes,
-            align: tuned_schema::DEFAULT_ALIGN,
+            align: policy::DEFAULT_ALIGN,
         },
     }
 }
@@ -469,7 +469,7 @@ pub fn capacity(collective: Collective, algo: Algo, max_bytes: u64) -> CapacityE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tuned_schema::DType;
+    use policy::DType;
 
     fn key(collective: Collective) -> TableKey {
         TableKey {

@@ -1,7 +1,7 @@
 //! Arguments several commands share, and parsers for the vocabulary, sizes and
 //! percentages on the command line.
 
-use tuned_schema::{Algo, Arch, Collective, DType, Link, Mode};
+use policy::{Algo, Arch, Collective, DType, Link, Mode};
 
 use super::Error;
 use crate::backend::Backend;

@@ -16,8 +16,8 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
+use policy::{Algo, Collective, DType, Mode};
 use tuned_schema::size::{format_size, parse_size};
-use tuned_schema::{Algo, Collective, DType, Mode};
 
 use super::args::{algo, bytes, collective, dtype, mode};
 use super::{Error, Exit};

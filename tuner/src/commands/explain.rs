@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use tuned_schema::{Arch, Collective, DType, Link, Mode, Query};
+use policy::{Arch, Collective, DType, Link, Mode, Query};
 
 use super::args::{arch, bytes, collective, dtype, link, mode};
 use super::{Error, Exit};

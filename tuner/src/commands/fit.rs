@@ -14,8 +14,9 @@ use crate::write::{
     build_document, check_folder, check_in_folder, folder_of, merge_summary, render, test_kind,
     toml_file_name,
 };
+use policy::TableKey;
+use tuned_schema::Document;
 use tuned_schema::merge::{Merged, merge};
-use tuned_schema::{Document, TableKey};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct FitCommandArgs {

@@ -96,11 +96,11 @@ pub fn plot(args: &PlotArgs, out: &mut dyn Write) -> Result<Exit, Error> {
 fn toml_bands(
     path: &Path,
     evidence: &Evidence,
-) -> Result<BTreeMap<tuned_schema::TableKey, Vec<tuned_schema::Band>>, Error> {
+) -> Result<BTreeMap<policy::TableKey, Vec<policy::Band>>, Error> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::Input(format!("cannot read {shown}: {e}")))?;
-    let doc = tuned_schema::parse::parse_document(&shown, &text).map_err(|d| {
+    let doc = tuned_schema::validate::parse_document(&shown, &text).map_err(|d| {
         Error::Input(diagnostics(
             &format!("{shown} is not a valid tuned file:"),
             &d,

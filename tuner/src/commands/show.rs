@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use tuned_schema::{Arch, Collective, DType, Link, Mode};
+use policy::{Arch, Collective, DType, Link, Mode};
 
 use super::args::{arch, collective, dtype, link, mode};
 use super::{Error, Exit};

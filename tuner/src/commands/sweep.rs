@@ -133,7 +133,7 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     let synthetic = platform.backend == "synthetic";
     let kind = match (synthetic, link) {
         (true, _) => Some("synthetic"),
-        (false, tuned_schema::Link::Loopback) => Some("loopback"),
+        (false, policy::Link::Loopback) => Some("loopback"),
         (false, _) => None,
     };
     let destination = Destination {
@@ -238,8 +238,8 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
 struct Destination<'a> {
     out_dir: &'a Path,
     toml_path: &'a Path,
-    arch: tuned_schema::Arch,
-    link: tuned_schema::Link,
+    arch: policy::Arch,
+    link: policy::Link,
 }
 
 impl Destination<'_> {

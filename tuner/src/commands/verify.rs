@@ -97,7 +97,7 @@ pub fn verify(args: &VerifyArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     let path = args.toml.display().to_string();
     let text = std::fs::read_to_string(&args.toml)
         .map_err(|e| Error::Input(format!("cannot read {path}: {e}")))?;
-    let doc = tuned_schema::parse::parse_document(&path, &text).map_err(|d| {
+    let doc = tuned_schema::validate::parse_document(&path, &text).map_err(|d| {
         Error::Input(diagnostics(
             &format!("{path} is not a valid tuned file:"),
             &d,

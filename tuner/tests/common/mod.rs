@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tuned_schema::{Collective, DType, Mode};
+use policy::{Collective, DType, Mode};
 use tuner::backend::Repetitions;
 use tuner::backend::synthetic::{SyntheticBackend, SyntheticConfig};
 use tuner::evidence::Evidence;

@@ -2,8 +2,8 @@
 //!
 //! This step checks syntax, keys and types (unknown keys are errors, so a typo
 //! cannot silently drop a setting). The rules between values (band order,
-//! capacity, assertions …) are [`crate::validate`]'s job; [`parse_document`] runs
-//! both for one file.
+//! capacity, assertions …) are [`crate::validate`]'s job;
+//! [`crate::validate::parse_document`] runs both for one file.
 
 mod fields;
 mod positions;
@@ -27,18 +27,6 @@ pub struct ParsedFile {
     pub path: String,
     pub document: Document,
     pub positions: Positions,
-}
-
-/// Parses and validates one file on its own (everything but the checks that need
-/// the other files: duplicate platforms and `[[assert]]`s naming other platforms).
-pub fn parse_document(path: &str, text: &str) -> Result<Document, Vec<Diagnostic>> {
-    let file = parse_file(path, text)?;
-    let diagnostics = crate::validate::check_file(&file);
-    if diagnostics.is_empty() {
-        Ok(file.document)
-    } else {
-        Err(diagnostics)
-    }
 }
 
 /// Parses one file: syntax, keys and value types. See [`crate::validate`] for the rest.
