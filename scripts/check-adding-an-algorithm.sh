@@ -8,7 +8,8 @@
 # checks that git sees exactly those three files changed, then checks the whole
 # workspace, runs the schema's and kernels' unit tests and compiles every
 # kernel with NVRTC (the new one included), and restores the tree, whatever
-# happened. Needs NVRTC on the library path (scripts/test.sh installs it).
+# happened. Needs NVRTC: the wheels scripts/test.sh installs into .cache/nvrtc,
+# or libnvrtc on the library path.
 #
 #   scripts/check-adding-an-algorithm.sh
 set -euo pipefail
@@ -67,9 +68,8 @@ open(path, "w").write(text[:end] + entry + text[end:])
 PY
 
 # 3. Its kernels: one_shot_push's, renamed.
-sed -e 's/colltune_one_shot_push_/colltune_dummy_push_/g' \
-    -e 's/CT_KERNEL_ONE_SHOT_PUSH/CT_KERNEL_DUMMY_PUSH/g' \
-    -e 's/push_collective/dummy_push_collective/g' \
+sed -e 's/one_shot_push/dummy_push/g' \
+    -e 's/ONE_SHOT_PUSH/DUMMY_PUSH/g' \
     -e '/colltune_dummy_push_all_gather/d' \
     kernels/cuda/one_shot_push.cu > "$cuda"
 
@@ -84,6 +84,10 @@ fi
 echo "check-adding-an-algorithm: dummy_push added in exactly three files:"
 echo "$changed" | sed 's/^/  /'
 
+nvrtc_lib="$PWD/.cache/nvrtc/nvidia/cu13/lib"
+if [ -d "$nvrtc_lib" ]; then
+  export LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 cargo check --locked --quiet --workspace --all-targets
 cargo test --locked --quiet -p colltune-schema --lib
 cargo test --locked --quiet -p colltune-kernels --lib

@@ -3,20 +3,15 @@
 # Arguments go to both cargo test runs (CI passes --locked).
 #
 # Needs no GPU and no CUDA toolkit. It installs the pinned NVRTC 13.0 wheels from
-# PyPI into .cache/nvrtc (13.0 is pinned because a newer NVRTC emits PTX that a CUDA
-# 13.0 driver may refuse to load) so that every CUDA kernel is compiled with
+# PyPI into .cache/nvrtc (scripts/install-nvrtc.sh) so that every CUDA kernel is compiled with
 # NVRTC for sm_80, sm_90 and sm_100, then runs the whole workspace's tests. GPU tests
 # are marked #[ignore] and are listed as ignored; scripts/gpu-run.sh runs them on a
 # GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+scripts/install-nvrtc.sh
 nvrtc_dir="$PWD/.cache/nvrtc"
-if [ ! -e "$nvrtc_dir/nvidia/cu13/lib/libnvrtc.so.13" ]; then
-  echo "test.sh: installing the pinned NVRTC 13.0 wheels into $nvrtc_dir"
-  python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
-    --target "$nvrtc_dir" "nvidia-cuda-nvrtc==13.0.*" "nvidia-cuda-runtime==13.0.*"
-fi
 export LD_LIBRARY_PATH="$nvrtc_dir/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # With this set, a missing NVRTC fails the kernel compile test instead of skipping it.
 export KERNELS_REQUIRE_NVRTC=1
