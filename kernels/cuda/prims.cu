@@ -448,6 +448,17 @@ __device__ __forceinline__ void use_shards(const CollArgs& a, const Step& st, co
     }
 }
 
+// Stores pack j of every other rank's shard where it belongs in the output:
+// the gather step of both two-shot algorithms.
+template <int W, int UNROLL>
+__device__ __forceinline__ void store_shards(const CollArgs& a, const Step& st, const Shards& sh,
+                                             const Pack (&v)[UNROLL][World<W>::SLOTS]) {
+    char* out = (char*)a.output;
+    const bool aligned = a.io_aligned != 0u;
+    use_shards<W, UNROLL>(a, st, sh, v,
+                          [&](u32 s, u64 j, const Pack& p) { st_io(out + (s * sh.shard + j) * 16u, p, aligned); });
+}
+
 // ---------------------------------------------------------------------------
 // Call handshake: every rank makes the same call in the same slot
 // ---------------------------------------------------------------------------

@@ -88,8 +88,7 @@ __device__ __forceinline__ void two_shot_pull(const CollArgs& a) {
             const Step st{base, stride, sh.shard};
             load_shards<W, UNROLL>(a, st, sh, v,
                                    [&](u32 s, u64 j) { return ld_pack_sys(my_half + area + (s * sh.shard + j) * 16u); });
-            use_shards<W, UNROLL>(a, st, sh, v,
-                                  [&](u32 s, u64 j, const Pack& p) { st_io(out + (s * sh.shard + j) * 16u, p, aligned); });
+            store_shards<W, UNROLL>(a, st, sh, v);
         }
     }
     if (!ok) poison_output(a, false, first, stride);

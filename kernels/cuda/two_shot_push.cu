@@ -95,9 +95,7 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
         const Step st{base, stride, sh.shard};
         load_shards<W, UNROLL>(a, st, sh, v, [&](u32 s, u64 j) { return ld_pack_sys(sum_of(s, j)); });
         ok = wait_shards<W, UNROLL>(a, st, sh, v, CT_KERNEL_TWO_SHOT_PUSH, sum_of);
-        if (ok)
-            use_shards<W, UNROLL>(a, st, sh, v,
-                                  [&](u32 s, u64 j, const Pack& p) { st_io(out + (s * sh.shard + j) * 16u, p, aligned); });
+        if (ok) store_shards<W, UNROLL>(a, st, sh, v);
     }
     if (!ok) poison_output(a, false, first, stride);
 }
