@@ -901,7 +901,7 @@ fn every_gpu_test_is_ignored_for_the_script_that_runs_it() {
     let source = include_str!("gpu_loopback.rs");
     let lines: Vec<&str> = source.lines().map(str::trim).collect();
     let mut gpu_tests = 0;
-    for (i, line) in lines.iter().enumerate().filter(|(_, l)| **l == "#[test]") {
+    for (i, _) in lines.iter().enumerate().filter(|(_, l)| **l == "#[test]") {
         let next = lines.get(i + 1).copied().unwrap_or("");
         if next.starts_with("fn every_gpu_test_is_ignored_for_the_script_that_runs_it(") {
             continue;
