@@ -19,7 +19,10 @@ fn repo() -> PathBuf {
 /// (exit code, stdout, stderr).
 fn judge(gpus: &str, logs: &[(&str, String)]) -> (Option<i32>, String, String) {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
-    let dir = common::scratch(&format!("gpu-skips-{}", RUNS.fetch_add(1, Ordering::Relaxed)));
+    let dir = common::scratch(&format!(
+        "gpu-skips-{}",
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    ));
     let mut paths = Vec::new();
     for (name, text) in logs {
         let path = dir.join(format!("{name}.log"));
