@@ -386,31 +386,29 @@ fn one_shot_pull_with_two_halves_is_safe() {
     }
 }
 
+/// Rank `rank` read call 1's input from slot 0 of `owner`'s (only) staging
+/// half, where call 0's belongs.
+fn stale_input(rank: usize, owner: usize) -> Violation {
+    let input = |id| Value::Data { id, reduced: false };
+    Violation::WrongData {
+        rank,
+        cell: Cell::Stage {
+            owner,
+            half: 0,
+            area: 0,
+            slot: 0,
+        },
+        got: input(1),
+        expected: input(0),
+    }
+}
+
 #[test]
 fn one_shot_pull_with_one_half_is_caught() {
     let calls = [PullCall::OneShot; 3];
     let programs: Vec<Program> = (0..2).map(|r| pull_program(r, 2, &calls, 1)).collect();
     // Rank 0 already staged its next call's input where rank 1 reads this one's.
-    assert_eq!(
-        check(&programs),
-        Err(Violation::WrongData {
-            rank: 1,
-            cell: Cell::Stage {
-                owner: 0,
-                half: 0,
-                area: 0,
-                slot: 0
-            },
-            got: Value::Data {
-                id: 1,
-                reduced: false
-            },
-            expected: Value::Data {
-                id: 0,
-                reduced: false
-            },
-        })
-    );
+    assert_eq!(check(&programs), Err(stale_input(1, 0)));
 }
 
 #[test]
@@ -447,24 +445,5 @@ fn mixed_pull_family_with_one_half_is_caught() {
     let programs: Vec<Program> = (0..2).map(|r| pull_program(r, 2, &calls, 1)).collect();
     // Rank 0's scatter of the two-shot call lands in the slot where rank 1
     // still reads the one-shot call's input.
-    assert_eq!(
-        check(&programs),
-        Err(Violation::WrongData {
-            rank: 1,
-            cell: Cell::Stage {
-                owner: 1,
-                half: 0,
-                area: 0,
-                slot: 0
-            },
-            got: Value::Data {
-                id: 1,
-                reduced: false
-            },
-            expected: Value::Data {
-                id: 0,
-                reduced: false
-            },
-        })
-    );
+    assert_eq!(check(&programs), Err(stale_input(1, 1)));
 }
