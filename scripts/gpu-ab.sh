@@ -15,7 +15,6 @@ out="${OUT:-./gpu-logs}"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export KERNELS_REQUIRE_NVRTC=1
 : "${AB_VARIANTS:?name:defines lines, one variant per line}"
 : "${AB_ARGS:?the arguments of the benchmark}"
 status=0

@@ -12,7 +12,9 @@
 #   EXE_TIMEOUT=120 scripts/gpu-run.sh  # bound per test executable, seconds (default 600)
 #
 # The summary lists every test that printed SKIPPED (a multi-GPU test on a
-# machine with fewer GPUs), so a run never hides what it did not do.
+# machine with fewer GPUs), so a run never hides what it did not do, and the
+# run fails when a test was skipped that this machine could have run (it has
+# as many GPUs as the test needs, per `nvidia-smi -L`; see scripts/gpu-skips.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,8 +26,6 @@ filter="${1:-}"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # Never NVLink multicast (NVLS) in this project.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# The NVRTC compile test must not skip here.
-export KERNELS_REQUIRE_NVRTC=1
 export RUST_BACKTRACE=1
 # gpu_processes drives the one-process-per-rank example, gpu_loopback the tuner.
 export COLLTUNE_MULTIPROCESS_EXE="$PWD/$bin/multiprocess"
@@ -39,10 +39,12 @@ fi
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } \
   > "$out/nvidia-smi.txt" 2>&1 || true
 cat "$out/nvidia-smi.txt"
+# The machine's GPUs, whatever CUDA_VISIBLE_DEVICES lets the tests see.
+machine_gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') || machine_gpus=unknown
 
 status=0
 summary=""
-skipped=""
+ran_logs=()
 # Fast CPU and compile checks first, then the GPU suites.
 for name in kernels_unit nvrtc_compile gpu_processes gpu_loopback gpu_devices; do
   [ -n "${SKIP_TESTS:-}" ] && break
@@ -58,9 +60,7 @@ for name in kernels_unit nvrtc_compile gpu_processes gpu_loopback gpu_devices; d
   grep -E '^(test |FAIL|   |== |SKIPPED)|test result|panicked' "$out/$name.log" | tail -n 60
   [ $rc -eq 0 ] || status=1
   summary="$summary\n$name: exit $rc in ${took}s, $(grep -E '^test result' "$out/$name.log" | tail -n 1)"
-  while IFS= read -r line; do
-    skipped="$skipped\n  $name: $line"
-  done < <(grep -E '^SKIPPED' "$out/$name.log")
+  ran_logs+=("$out/$name.log")
 done
 
 if [ -z "${SKIP_BENCH:-}" ] && [ -z "$filter" ]; then
@@ -119,8 +119,17 @@ if [ -z "${SKIP_TUNER:-}" ] && [ -z "$filter" ] && [ -x "$bin/tuner" ]; then
 fi
 
 echo -e "=== summary$summary"
-if [ -n "$skipped" ]; then
-  echo -e "skipped on this machine (they need more GPUs than it has):$skipped"
+if [ ${#ran_logs[@]} -gt 0 ]; then
+  skips=$(scripts/gpu-skips.sh "$machine_gpus" "${ran_logs[@]}")
+  skips_rc=$?
+  if [ -n "$skips" ]; then
+    echo "skipped GPU tests (this machine has $machine_gpus GPU(s)):"
+    echo "$skips"
+  fi
+  if [ $skips_rc -ne 0 ]; then
+    echo "FAIL: a GPU test was skipped that this machine could have run, or cannot be judged"
+    status=1
+  fi
 fi
 echo "logs in $out"
 exit $status

@@ -63,6 +63,9 @@ fn tables_are_handed_over_once() {
     assert_eq!(none.select_with(&fixture::TABLES, q), fixture::select(q));
 }
 
+/// The name the child process is asked to run: this test's own.
+const CHILD_TEST: &str = "without_a_hand_over_the_built_in_tables_are_used";
+
 #[test]
 fn without_a_hand_over_the_built_in_tables_are_used() {
     // Runs in a child process so that this binary's other test cannot have
@@ -77,18 +80,21 @@ fn without_a_hand_over_the_built_in_tables_are_used() {
     // Output captured, not inherited: the child's own "test result" line would
     // otherwise be counted as a second run by scripts/test.sh's total.
     let child = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "without_a_hand_over_the_built_in_tables_are_used",
-            "--test-threads=1",
-        ])
+        .args(["--exact", CHILD_TEST, "--test-threads=1"])
         .env("POLICY_TEST_CHILD", "1")
         .output()
         .unwrap();
-    assert!(
-        child.status.success(),
+    let output = format!(
         "{}{}",
         String::from_utf8_lossy(&child.stdout),
         String::from_utf8_lossy(&child.stderr)
+    );
+    assert!(child.status.success(), "{output}");
+    // A name that matches no test runs nothing and still succeeds: the child
+    // must have run exactly this test.
+    assert!(
+        output.contains(&format!("test {CHILD_TEST} ... ok"))
+            && output.contains("test result: ok. 1 passed;"),
+        "the child process did not run `{CHILD_TEST}`:\n{output}"
     );
 }

@@ -6,7 +6,7 @@ mod gpu_common;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice};
-use gpu_common::{Case, Placement, Suite, device_count, eager, gpu, graph};
+use gpu_common::{Case, Placement, Suite, device_count, eager, gpu, graph, skipped};
 use half::bf16;
 use kernels::{Element, Fallback, Options, RankComm, Select, World};
 use policy::{Algo, Collective, Mode};
@@ -217,7 +217,7 @@ fn devices_suite_against_nccl() {
     let _ctx = gpu();
     let count = device_count();
     if count < 2 {
-        eprintln!("SKIPPED: {count} GPU visible; the multi-GPU suite needs at least 2");
+        skipped("devices_suite_against_nccl", 2, count);
         return;
     }
     let mut suite = Suite::new("devices");
@@ -361,7 +361,11 @@ fn a_rank_that_stops_calling_times_out_its_peer_and_drops_bounded() {
     let _ctx = gpu();
     let count = device_count();
     if count < 2 {
-        eprintln!("SKIPPED: {count} GPU visible; a devices world with a silent rank needs 2");
+        skipped(
+            "a_rank_that_stops_calling_times_out_its_peer_and_drops_bounded",
+            2,
+            count,
+        );
         return;
     }
     let options = Options {

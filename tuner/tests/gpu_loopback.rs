@@ -879,9 +879,41 @@ fn timing_measure_and_verify() {
     suite.finish();
 }
 
+/// A plain `cargo test` lists this suite's GPU tests as ignored, never as
+/// passed: every test here but this one is `#[ignore]`d with a reason that
+/// names the script of `NEEDS_GPU`, and that script exists and runs this suite.
 #[test]
-fn the_gpu_message_names_the_script() {
-    assert!(NEEDS_GPU.contains("scripts/gpu-run.sh"));
+fn every_gpu_test_is_ignored_for_the_script_that_runs_it() {
+    let script = NEEDS_GPU
+        .split_whitespace()
+        .find(|word| word.starts_with("scripts/") && word.ends_with(".sh"))
+        .unwrap_or_else(|| panic!("NEEDS_GPU names no script: {NEEDS_GPU}"));
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(script);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{script}, named by NEEDS_GPU: {e}"));
+    let runs_this_suite = text.lines().any(|line| {
+        line.trim_start().starts_with("for name in ") && line.contains(" gpu_loopback")
+    });
+    assert!(runs_this_suite, "{script} does not run gpu_loopback");
+
+    let source = include_str!("gpu_loopback.rs");
+    let lines: Vec<&str> = source.lines().map(str::trim).collect();
+    let mut gpu_tests = 0;
+    for (i, _) in lines.iter().enumerate().filter(|(_, l)| **l == "#[test]") {
+        let next = lines.get(i + 1).copied().unwrap_or("");
+        if next.starts_with("fn every_gpu_test_is_ignored_for_the_script_that_runs_it(") {
+            continue;
+        }
+        assert!(
+            next.starts_with("#[ignore = \"") && next.contains(script),
+            "the test at line {} is not ignored for {script}: {next}",
+            i + 2
+        );
+        gpu_tests += 1;
+    }
+    assert!(gpu_tests >= 20, "{gpu_tests} GPU tests found");
 }
 
 /// One call of the pipelined test: its own tensors, checked at the end.

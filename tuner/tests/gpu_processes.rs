@@ -13,7 +13,7 @@ mod gpu_common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use gpu_common::{NEEDS_GPU, device_count};
+use gpu_common::{NEEDS_GPU, device_count, skipped};
 
 fn launcher() -> PathBuf {
     if let Some(path) = std::env::var_os("COLLTUNE_MULTIPROCESS_EXE") {
@@ -166,7 +166,7 @@ fn one_process_per_gpu_against_nccl() {
     require_gpu();
     let gpus = device_count();
     if gpus < 2 {
-        eprintln!("SKIPPED one_process_per_gpu_against_nccl: {gpus} GPU visible, needs 2");
+        skipped("one_process_per_gpu_against_nccl", 2, gpus);
         return;
     }
     let world = gpus.min(8).to_string();
@@ -190,7 +190,7 @@ fn two_gpus(test: &str) -> Option<usize> {
     require_gpu();
     let gpus = device_count();
     if gpus < 2 {
-        eprintln!("SKIPPED {test}: {gpus} GPU visible, needs 2 (one process per GPU)");
+        skipped(test, 2, gpus);
         return None;
     }
     Some(gpus)
@@ -240,7 +240,9 @@ fn kill_across_gpus(args: &[&str], bound_s: f64, grace_s: f64) -> Result<(), Str
 #[test]
 #[ignore = "needs 2 CUDA GPUs: run scripts/gpu-run.sh on a GPU machine"]
 fn a_peer_that_exits_or_stalls_across_gpus_ends_every_survivor_within_a_second() {
-    let Some(_) = two_gpus("a_peer_that_exits_or_stalls_across_gpus") else {
+    let Some(_) =
+        two_gpus("a_peer_that_exits_or_stalls_across_gpus_ends_every_survivor_within_a_second")
+    else {
         return;
     };
     let mut failures = Vec::new();

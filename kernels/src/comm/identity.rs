@@ -289,9 +289,58 @@ mod tests {
         assert!(err.contains("in one process"), "{err}");
     }
 
+    /// `digest` with `field` set to `value` (the first occurrence is what
+    /// lookups see, so the line is rewritten, not appended).
+    fn with_field(digest: &Digest, field: &str, value: &str) -> Digest {
+        let text = String::from_utf8(digest.encode()).unwrap();
+        let prefix = format!("{field}=");
+        let lines: Vec<String> = text
+            .lines()
+            .map(|line| match line.starts_with(&prefix) {
+                true => format!("{prefix}{value}"),
+                false => line.to_string(),
+            })
+            .collect();
+        Digest::decode(lines.join("\n").as_bytes()).unwrap()
+    }
+
     #[test]
-    fn the_policy_fingerprint_is_stable() {
-        assert_eq!(policy_fingerprint(), policy_fingerprint());
-        assert_ne!(policy_fingerprint(), fnv1a(b"[]"));
+    fn the_policy_fingerprint_covers_every_band_of_the_tables_in_use() {
+        // This binary hands no tables over: policy's own are in use.
+        let platforms = policy::tables_in_use().platforms();
+        assert_eq!(platforms, policy::PLATFORMS);
+        let text = format!("{platforms:?}");
+        assert_eq!(policy_fingerprint(), fnv1a(text.as_bytes()));
+        // What is hashed names every band of every table.
+        for table in platforms.iter().flat_map(|p| p.tables) {
+            assert!(text.contains(&format!("{:?}", table.bands)), "{table:?}");
+        }
+        // The same tables with one band's edge moved by a byte hash differently.
+        let mut moved: Vec<policy::PlatformInfo> = platforms.to_vec();
+        let mut tables = moved[0].tables.to_vec();
+        let mut bands = tables[0].bands.to_vec();
+        let band = bands.iter_mut().find(|b| b.max.is_some()).unwrap();
+        band.max = band.max.map(|m| m + 1);
+        tables[0].bands = Box::leak(bands.into_boxed_slice());
+        moved[0].tables = Box::leak(tables.into_boxed_slice());
+        assert_ne!(fnv1a(format!("{moved:?}").as_bytes()), policy_fingerprint());
+    }
+
+    #[test]
+    fn ranks_selecting_with_other_tables_are_refused() {
+        let h = hellos(2, &[None, None]);
+        let ours = format!("{:016x}", policy_fingerprint());
+        assert_eq!(h[0].get("policy_tables"), Some(ours.as_str()));
+        let theirs = with_field(&h[1], "policy_tables", "00000000000000ff");
+        let seen = vec![h[0].clone(), theirs];
+        let err = check_hellos(0, &h[0], &seen).unwrap_err();
+        assert!(matches!(err, Error::Mismatch(_)), "{err:?}");
+        assert!(
+            err.to_string().contains(&format!(
+                "rank 1 and rank 0 disagree on policy_tables: rank 1 has 00000000000000ff, rank \
+                 0 has {ours}"
+            )),
+            "{err}"
+        );
     }
 }

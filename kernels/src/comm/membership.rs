@@ -60,22 +60,7 @@ impl Membership {
         mine: &Digest,
     ) -> Result<Vec<Digest>> {
         let blobs = self.exchange(nccl, stream, round, &mine.encode())?;
-        let digests = blobs
-            .iter()
-            .enumerate()
-            .map(|(r, blob)| {
-                Digest::decode(blob)
-                    .map_err(|e| Error::Mismatch(format!("rank {r}'s `{round}` blob: {e}")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        for (r, digest) in digests.iter().enumerate() {
-            if let (true, Some(why)) = (r != self.rank, digest.get("failed")) {
-                return Err(Error::Unsupported(format!(
-                    "rank {r} could not join the world: {why}"
-                )));
-            }
-        }
-        Ok(digests)
+        read_round(self.rank, round, &blobs)
     }
 
     /// `step`'s error, told to the peers in round `next` before it is returned.
@@ -87,8 +72,7 @@ impl Membership {
         step: Result<T>,
     ) -> Result<T> {
         if let Err(e) = &step {
-            let blob = Digest::new().with("failed", e).encode();
-            let _ = self.exchange(nccl, stream, next, &blob);
+            let _ = self.exchange(nccl, stream, next, &failure_report(e).encode());
         }
         step
     }
@@ -102,4 +86,30 @@ impl Membership {
     ) -> Result<()> {
         self.exchange(nccl, stream, "goodbye", b"").map(|_| ())
     }
+}
+
+/// Every rank's digest of round `round`, as rank `rank` received them; a
+/// peer's `failed` report (see [`failure_report`]) becomes this rank's error.
+pub(super) fn read_round(rank: usize, round: &str, blobs: &[Vec<u8>]) -> Result<Vec<Digest>> {
+    let digests = blobs
+        .iter()
+        .enumerate()
+        .map(|(r, blob)| {
+            Digest::decode(blob)
+                .map_err(|e| Error::Mismatch(format!("rank {r}'s `{round}` blob: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (r, digest) in digests.iter().enumerate() {
+        if let (true, Some(why)) = (r != rank, digest.get("failed")) {
+            return Err(Error::Unsupported(format!(
+                "rank {r} could not join the world: {why}"
+            )));
+        }
+    }
+    Ok(digests)
+}
+
+/// What a rank that failed sends in the next round instead of its digest.
+pub(super) fn failure_report(error: &Error) -> Digest {
+    Digest::new().with("failed", error)
 }

@@ -29,6 +29,8 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 use super::identity::{self, Identity};
 use super::membership::{Exchange, Membership};
+#[cfg(test)]
+use super::membership::{failure_report, read_round};
 use super::options::{Fallback, Options};
 use super::rank::{RankComm, RankParts};
 use super::registration::{BUFFER_NAMES, MappedMemory, RankMemory, Registration, Slot};
@@ -191,9 +193,7 @@ pub(crate) fn build(
         }
     }
     let layouts = membership.round(nccl_ref, &stream, "layout", &layout)?;
-    let fields = layout_fields();
-    let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-    check_agreement(rank, &layouts, &fields).map_err(Error::Mismatch)?;
+    check_layouts(rank, &layouts)?;
 
     // 4. Map every peer's buffers, and learn whether everyone could.
     let mut slots = Vec::with_capacity(world);
@@ -283,6 +283,14 @@ fn layout_fields() -> Vec<String> {
     .collect();
     fields.extend(registry::implemented_pairs().map(|(c, a)| capacity_field(c, a)));
     fields
+}
+
+/// Refuses a `layout` round in which any rank derived another layout than
+/// `rank` (the buffers' IPC handles differ by rank and are not compared).
+fn check_layouts(rank: usize, layouts: &[Digest]) -> Result<()> {
+    let fields = layout_fields();
+    let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+    check_agreement(rank, layouts, &fields).map_err(Error::Mismatch)
 }
 
 /// The `layout` field of the capacity of `algo` for `collective`.
@@ -505,6 +513,146 @@ fn announce(rank: usize, options: &Options, message: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rendezvous::check_round_name;
+    use crate::vocab::{Algo, Capacity, Collective};
+
+    /// A rendezvous whose peers are scripted: every round gives back their
+    /// blobs, with this rank's own in its place.
+    struct Scripted {
+        rank: usize,
+        peers: Vec<Vec<u8>>,
+    }
+
+    impl Rendezvous for Scripted {
+        fn rank(&self) -> usize {
+            self.rank
+        }
+
+        fn world_size(&self) -> usize {
+            self.peers.len()
+        }
+
+        fn exchange(&mut self, round: &str, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+            check_round_name(round)?;
+            let mut all = self.peers.clone();
+            all[self.rank] = mine.to_vec();
+            Ok(all)
+        }
+
+        fn describe(&self) -> String {
+            "scripted peers".into()
+        }
+    }
+
+    /// One round as `Membership::round` runs it over a rendezvous of its own.
+    fn round(rendezvous: &mut dyn Rendezvous, name: &str, mine: &Digest) -> Result<Vec<Digest>> {
+        let blobs = rendezvous.exchange(name, &mine.encode())?;
+        read_round(rendezvous.rank(), name, &blobs)
+    }
+
+    /// The layout of a world of `world` with NCCL and custom kernels, where
+    /// two_shot_push takes `push_cap` bytes and every other algorithm 1 MiB,
+    /// with the IPC handles of rank `rank`.
+    fn layout_of(rank: usize, world: usize, push_cap: u64) -> Digest {
+        let caps = Capacities::from_fn(|c, a| Capacity {
+            max_bytes: match (c, a) {
+                (Collective::AllReduce, Algo::TwoShotPush) => push_cap,
+                _ => 1 << 20,
+            },
+            align: 16,
+        });
+        let plan = BufferPlan::new(&caps, world, false).unwrap();
+        let shape = LaunchShape {
+            threads: 512,
+            max_blocks: 32,
+        };
+        let mut digest = layout_digest(Link::NvLink, Fallback::Nccl, true, &caps, &plan, shape);
+        for name in BUFFER_NAMES {
+            digest = digest.with(name, format!("{name}-handle-of-rank-{rank}"));
+        }
+        digest
+    }
+
+    #[test]
+    fn a_peers_failure_report_fails_every_other_rank_naming_it() {
+        let failure = Error::Unsupported("GPU 1 cannot map GPU 0's memory".into());
+        let told = failure_report(&failure).encode();
+        let layouts: Vec<Vec<u8>> = (0..3).map(|r| layout_of(r, 3, 1 << 20).encode()).collect();
+        for me in [0, 2] {
+            let mut peers = layouts.clone();
+            peers[1] = told.clone();
+            let mut rendezvous = Scripted { rank: me, peers };
+            match round(&mut rendezvous, "layout", &layout_of(me, 3, 1 << 20)) {
+                Err(Error::Unsupported(why)) => assert_eq!(
+                    why,
+                    format!("rank 1 could not join the world: {failure}"),
+                    "rank {me}"
+                ),
+                other => panic!("rank {me}: expected rank 1's failure, got {other:?}"),
+            }
+        }
+        // The failed rank's own report is no peer's failure.
+        let mut peers = layouts.clone();
+        peers[1] = Vec::new();
+        let mut rendezvous = Scripted { rank: 1, peers };
+        let digests = round(&mut rendezvous, "layout", &failure_report(&failure)).unwrap();
+        assert_eq!(digests[1].get("failed"), Some(failure.to_string().as_str()));
+        assert_eq!(digests[0], layout_of(0, 3, 1 << 20));
+    }
+
+    #[test]
+    fn a_blob_that_is_no_digest_names_the_rank_and_the_round() {
+        let mut rendezvous = Scripted {
+            rank: 0,
+            peers: vec![Vec::new(), vec![0xff, 0xfe]],
+        };
+        match round(&mut rendezvous, "hello", &Digest::new().with("rank", 0)) {
+            Err(Error::Mismatch(why)) => {
+                assert_eq!(why, "rank 1's `hello` blob: a digest is not UTF-8")
+            }
+            other => panic!("expected a mismatch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_layout_disagreement_is_refused_naming_the_field_and_both_values() {
+        // Rank 1's tables give two_shot_push half the capacity. The push
+        // slots come out the same (one_shot_push's 1 MiB decides them), but
+        // the ranks would decline different calls and one would wait forever.
+        let (ours, theirs) = (layout_of(0, 2, 512 << 10), layout_of(1, 2, 256 << 10));
+        assert_eq!(ours.get("slot_bytes"), theirs.get("slot_bytes"));
+        let mut rendezvous = Scripted {
+            rank: 0,
+            peers: vec![Vec::new(), theirs.encode()],
+        };
+        let layouts = round(&mut rendezvous, "layout", &ours).unwrap();
+        match check_layouts(0, &layouts) {
+            Err(Error::Mismatch(why)) => assert_eq!(
+                why,
+                "rank 1 and rank 0 disagree on capacity_all_reduce_two_shot_push: rank 1 has \
+                 262144 bytes, align 16, rank 0 has 524288 bytes, align 16"
+            ),
+            other => panic!("expected a layout mismatch, got {other:?}"),
+        }
+        // Buffers of another size are refused the same way.
+        let layouts = vec![layout_of(0, 2, 512 << 10), layout_of(1, 2, 4 << 20)];
+        let why = check_layouts(1, &layouts).unwrap_err().to_string();
+        assert!(
+            why.contains("disagree on slot_bytes: rank 0 has 1048576, rank 1 has 4194304"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn layouts_that_differ_only_in_their_handles_agree() {
+        let mut rendezvous = Scripted {
+            rank: 1,
+            peers: vec![layout_of(0, 2, 8 << 20).encode(), Vec::new()],
+        };
+        let layouts = round(&mut rendezvous, "layout", &layout_of(1, 2, 8 << 20)).unwrap();
+        assert_ne!(layouts[0].get("ctrl"), layouts[1].get("ctrl"));
+        check_layouts(1, &layouts).unwrap();
+    }
 
     #[test]
     fn the_layout_round_compares_every_capacity_of_the_registry() {

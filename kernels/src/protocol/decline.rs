@@ -134,6 +134,7 @@ mod tests {
                 (_, Algo::OneShotPush) => 8 * MIB,
                 (_, Algo::OneShotPull) => 16 * MIB,
                 (Collective::AllReduce, Algo::TwoShotPull) => 64 * MIB,
+                (Collective::AllReduce, Algo::TwoShotPush) => 8 * MIB,
                 _ => 0,
             };
             Capacity {
@@ -214,13 +215,147 @@ mod tests {
             check(AllGather, TwoShotPull, 2, 64),
             Some(Decline::NotImplemented)
         );
+        assert_eq!(
+            check(AllGather, TwoShotPush, 2, 64),
+            Some(Decline::NotImplemented)
+        );
+    }
+
+    #[test]
+    fn two_shot_push_takes_its_capacity_and_declines_the_rest() {
+        for world in [2, 3, 4, 8] {
+            assert_eq!(check(AllReduce, TwoShotPush, world, 16), None, "{world}");
+            assert_eq!(check(AllReduce, TwoShotPush, world, 8 * MIB), None);
+            assert_eq!(
+                check(AllReduce, TwoShotPush, world, 8 * MIB + 16),
+                Some(Decline::OverCapacity)
+            );
+            assert_eq!(
+                check(AllReduce, TwoShotPush, world, 40),
+                Some(Decline::Misaligned)
+            );
+        }
+    }
+
+    /// One call on `plan`'s buffers, with every capacity at its default.
+    fn on(plan: BufferPlan, algo: Algo, collective: Collective, bytes: u64) -> Option<Decline> {
+        let call = CallShape::new(collective, algo, plan.world, bytes);
+        decline(&call, &defaults(), &plan, true)
+    }
+
+    #[test]
+    fn two_shot_push_needs_a_shard_and_its_sum_per_push_slot() {
+        // 256 bytes over 4 ranks: shards of 4 packs (64 bytes), and a slot
+        // holds a copy of one shard and then its sum.
+        let plan = BufferPlan {
+            world: 4,
+            slot_bytes: 128,
+            staging_half_bytes: 0,
+        };
+        assert_eq!(on(plan, TwoShotPush, AllReduce, 256), None);
+        // One-shot push sends the whole message into a slot: it does not fit.
+        assert_eq!(
+            on(plan, OneShotPush, AllReduce, 256),
+            Some(Decline::BufferTooSmall)
+        );
+        let smaller = BufferPlan {
+            slot_bytes: 127,
+            ..plan
+        };
+        assert_eq!(
+            on(smaller, TwoShotPush, AllReduce, 256),
+            Some(Decline::BufferTooSmall)
+        );
+        // An uneven split rounds the shard up: 272 bytes are 17 packs, 5 per shard.
+        assert_eq!(
+            on(plan, TwoShotPush, AllReduce, 272),
+            Some(Decline::BufferTooSmall)
+        );
+        let rounded = BufferPlan {
+            slot_bytes: 160,
+            ..plan
+        };
+        assert_eq!(on(rounded, TwoShotPush, AllReduce, 272), None);
+    }
+
+    #[test]
+    fn the_staging_region_declines_what_does_not_fit_a_half() {
+        let plan = BufferPlan {
+            world: 4,
+            slot_bytes: 1 << 20,
+            staging_half_bytes: 512,
+        };
+        // One-shot pull stages the whole message (all-gather: one share).
+        assert_eq!(on(plan, OneShotPull, AllReduce, 512), None);
+        assert_eq!(
+            on(plan, OneShotPull, AllReduce, 528),
+            Some(Decline::BufferTooSmall)
+        );
+        assert_eq!(on(plan, OneShotPull, AllGather, 4 * 512), None);
+        assert_eq!(
+            on(plan, OneShotPull, AllGather, 4 * 528),
+            Some(Decline::BufferTooSmall)
+        );
+        // Two-shot pull needs a scatter and a gather area of 4 shards each:
+        // 256 bytes (shards of 4 packs, 64 bytes) need 2 x 4 x 64 = 512, and
+        // 272 bytes (17 packs, rounded up to 5 per shard) need 640.
+        assert_eq!(on(plan, TwoShotPull, AllReduce, 256), None);
+        assert_eq!(
+            on(plan, TwoShotPull, AllReduce, 272),
+            Some(Decline::BufferTooSmall)
+        );
+        // The push region's size is no part of it, and the other way round.
+        let no_push = BufferPlan {
+            slot_bytes: 0,
+            ..plan
+        };
+        assert_eq!(on(no_push, OneShotPull, AllReduce, 512), None);
+        assert_eq!(
+            on(no_push, OneShotPush, AllReduce, 16),
+            Some(Decline::BufferTooSmall)
+        );
+        let no_staging = BufferPlan {
+            staging_half_bytes: 0,
+            ..plan
+        };
+        assert_eq!(on(no_staging, OneShotPush, AllReduce, 512), None);
+        assert_eq!(
+            on(no_staging, TwoShotPull, AllReduce, 64),
+            Some(Decline::BufferTooSmall)
+        );
+    }
+
+    /// The buffers planned from the capacities take every call the
+    /// capacities let through, up to the largest aligned one, in every world.
+    #[test]
+    fn planned_buffers_take_every_call_the_capacities_allow() {
+        let caps = defaults();
+        for world in 1..=8usize {
+            let plan = BufferPlan::new(&caps, world, false).unwrap();
+            for (collective, algo) in registry::implemented_pairs() {
+                let cap = caps.of(collective, algo);
+                let step = match collective {
+                    AllReduce => PACK_BYTES,
+                    AllGather => PACK_BYTES * world as u64,
+                };
+                let largest = cap.max_bytes - cap.max_bytes % step;
+                for bytes in [step, largest / 2 - (largest / 2) % step, largest] {
+                    let call = CallShape::new(collective, algo, world, bytes);
+                    assert_eq!(
+                        decline(&call, &caps, &plan, true),
+                        None,
+                        "{world} ranks, {collective:?} {algo:?} of {bytes} bytes on {plan:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
     fn no_peer_access_declines_every_custom_algorithm() {
         let caps = defaults();
         let plan = BufferPlan::new(&caps, 2, false).unwrap();
-        for algo in [OneShotPush, OneShotPull, TwoShotPull] {
+        for algo in [OneShotPush, OneShotPull, TwoShotPull, TwoShotPush] {
             let call = CallShape::new(AllReduce, algo, 2, 64);
             assert_eq!(
                 decline(&call, &caps, &plan, false),

@@ -122,8 +122,14 @@ mod tests {
         assert_eq!(back.get("world_size"), Some("2"));
         assert_eq!(back.get("note"), Some("two lines"));
         assert_eq!(back, d);
-        assert!(Digest::decode(b"no equals sign\n").is_err());
-        assert!(Digest::decode(&[0xff]).is_err());
+        assert_eq!(
+            Digest::decode(b"a=1\nno equals sign\n"),
+            Err("a digest line without `=`: \"no equals sign\"".to_string())
+        );
+        assert_eq!(
+            Digest::decode(&[0xff]),
+            Err("a digest is not UTF-8".to_string())
+        );
     }
 
     #[test]

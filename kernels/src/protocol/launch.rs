@@ -236,8 +236,10 @@ mod tests {
         };
         let w8 = h200(shared(8), 1, true);
         // 16 blocks x 8 ranks x 2 grids > 132: the old default.
-        assert!(shape(512, 16).validate(8, &w8).is_err());
-        assert!(shape(512, 12).validate(8, &w8).is_err());
+        for blocks in [16, 12] {
+            let err = shape(512, blocks).validate(8, &w8).unwrap_err();
+            assert!(err.contains("cannot all be resident"), "{blocks}: {err}");
+        }
         assert!(shape(512, 8).validate(8, &w8).is_ok());
         // Without programmatic launch, 16 blocks fit (it ran).
         assert!(
@@ -252,7 +254,8 @@ mod tests {
                 .is_ok()
         );
         let w4 = h200(shared(4), 1, true);
-        assert!(shape(512, 32).validate(4, &w4).is_err());
+        let err = shape(512, 32).validate(4, &w4).unwrap_err();
+        assert!(err.contains("at most 16 block(s) per rank"), "{err}");
         assert_eq!(LaunchShape::default_for(512, &w4).max_blocks, 16);
         assert_eq!(LaunchShape::default_for(512, &w8).max_blocks, 8);
         let err = shape(512, 16).validate(8, &w8).unwrap_err();
@@ -303,7 +306,13 @@ mod tests {
     #[test]
     fn odd_thread_counts_are_refused() {
         for threads in [0, 16, 100, 1056, 2048] {
-            assert!(validate_threads(threads, 2).is_err(), "{threads}");
+            assert_eq!(
+                validate_threads(threads, 2),
+                Err(format!(
+                    "threads per block must be a multiple of 32 in 32..=1024 for a world of 2, \
+                     not {threads}"
+                ))
+            );
         }
     }
 
@@ -347,6 +356,10 @@ mod tests {
         let residency = h200(shared(8), 0, true);
         assert_eq!(residency.max_blocks(), 0);
         let shape = LaunchShape::default_for(512, &residency);
-        assert!(shape.validate(8, &residency).is_err());
+        let err = shape.validate(8, &residency).unwrap_err();
+        assert!(
+            err.contains("holding 0 block(s) each, so at most 0 block(s) per rank"),
+            "{err}"
+        );
     }
 }

@@ -202,8 +202,43 @@ fn initial(cell: &Cell) -> Value {
     }
 }
 
-/// Explores every interleaving; `Err` describes the first violation found.
-fn check(programs: &[Program]) -> Result<usize, String> {
+/// What the checker found wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Violation {
+    /// A read saw another value than the one its program expects: data of
+    /// another call or use (a buffer reused too early, or not re-armed).
+    WrongData {
+        rank: usize,
+        cell: Cell,
+        got: Value,
+        expected: Value,
+    },
+    /// No rank can move but some have not finished; `steps` is where each
+    /// rank's program stands.
+    Deadlock { steps: Vec<usize> },
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Violation::WrongData {
+                rank,
+                cell,
+                got,
+                expected,
+            } => write!(
+                f,
+                "rank {rank} read {got:?} from {cell:?}, expected {expected:?}"
+            ),
+            Violation::Deadlock { steps } => write!(f, "deadlock with ranks at steps {steps:?}"),
+        }
+    }
+}
+
+/// Explores every interleaving (breadth first, so the violation reported is
+/// one of the shortest); `Err` is the first violation found, else the number
+/// of states seen.
+fn check(programs: &[Program]) -> Result<usize, Violation> {
     let mut index: HashMap<Cell, usize> = HashMap::new();
     let mut cells: Vec<Cell> = Vec::new();
     for step in programs.iter().flatten() {
@@ -235,9 +270,12 @@ fn check(programs: &[Program]) -> Result<usize, String> {
                         continue;
                     }
                     if got != expect {
-                        return Err(format!(
-                            "rank {rank} consumed {got:?} from {cell:?}, expected {expect:?}"
-                        ));
+                        return Err(Violation::WrongData {
+                            rank,
+                            cell,
+                            got,
+                            expected: expect,
+                        });
                     }
                 }
                 Step::WaitFlag(cell, target) => match memory[index[&cell]] {
@@ -247,9 +285,12 @@ fn check(programs: &[Program]) -> Result<usize, String> {
                 Step::Expect(cell, expect) => {
                     let got = memory[index[&cell]];
                     if got != expect {
-                        return Err(format!(
-                            "rank {rank} read {got:?} from {cell:?}, expected {expect:?}"
-                        ));
+                        return Err(Violation::WrongData {
+                            rank,
+                            cell,
+                            got,
+                            expected: expect,
+                        });
                     }
                 }
             }
@@ -262,7 +303,7 @@ fn check(programs: &[Program]) -> Result<usize, String> {
             }
         }
         if !moved && pcs.iter().zip(programs).any(|(pc, p)| *pc < p.len()) {
-            return Err(format!("deadlock with ranks at steps {pcs:?}"));
+            return Err(Violation::Deadlock { steps: pcs });
         }
     }
     Ok(seen.len())
@@ -282,9 +323,56 @@ fn lamport_push_with_three_buffers_is_safe() {
 }
 
 #[test]
+fn the_checker_reports_a_wait_nobody_satisfies_as_a_deadlock() {
+    let flag = Cell::Flag {
+        owner: 0,
+        source: 1,
+    };
+    let waits = vec![Step::WaitFlag(flag, 1)];
+    let finishes = vec![Step::Write(flag, Value::Counter(0))];
+    assert_eq!(
+        check(&[waits, finishes]),
+        Err(Violation::Deadlock { steps: vec![0, 1] })
+    );
+}
+
+#[test]
+fn the_checker_reports_a_read_of_other_data() {
+    let cell = Cell::Stage {
+        owner: 0,
+        half: 0,
+        area: 0,
+        slot: 0,
+    };
+    let early = Value::Data {
+        id: 0,
+        reduced: false,
+    };
+    let late = Value::Data {
+        id: 1,
+        reduced: false,
+    };
+    // Whichever write comes first, one of the two reads sees the other's data.
+    let programs = [
+        vec![Step::Write(cell, early), Step::Expect(cell, early)],
+        vec![Step::Write(cell, late), Step::Expect(cell, late)],
+    ];
+    match check(&programs) {
+        Err(Violation::WrongData { cell: at, .. }) => assert_eq!(at, cell),
+        other => panic!("expected a read of other data, got {other:?}"),
+    }
+}
+
+// With two push buffers a rank re-arms the buffer its peer is already
+// writing the next call into: the data is erased and the peer's wait for it
+// never ends.
+#[test]
 fn lamport_push_with_two_buffers_is_caught() {
     let programs: Vec<Program> = (0..2).map(|r| push_program(r, 2, 4, 2)).collect();
-    assert!(check(&programs).is_err());
+    assert_eq!(
+        check(&programs),
+        Err(Violation::Deadlock { steps: vec![7, 4] })
+    );
 }
 
 #[test]
@@ -298,12 +386,29 @@ fn one_shot_pull_with_two_halves_is_safe() {
     }
 }
 
+/// Rank `rank` read call 1's input from slot 0 of `owner`'s (only) staging
+/// half, where call 0's belongs.
+fn stale_input(rank: usize, owner: usize) -> Violation {
+    let input = |id| Value::Data { id, reduced: false };
+    Violation::WrongData {
+        rank,
+        cell: Cell::Stage {
+            owner,
+            half: 0,
+            area: 0,
+            slot: 0,
+        },
+        got: input(1),
+        expected: input(0),
+    }
+}
+
 #[test]
 fn one_shot_pull_with_one_half_is_caught() {
     let calls = [PullCall::OneShot; 3];
     let programs: Vec<Program> = (0..2).map(|r| pull_program(r, 2, &calls, 1)).collect();
-    let err = check(&programs).unwrap_err();
-    assert!(err.contains("expected"), "{err}");
+    // Rank 0 already staged its next call's input where rank 1 reads this one's.
+    assert_eq!(check(&programs), Err(stale_input(1, 0)));
 }
 
 #[test]
@@ -338,5 +443,7 @@ fn mixed_pull_family_with_one_half_is_caught() {
     use PullCall::*;
     let calls = [OneShot, TwoShot, OneShot];
     let programs: Vec<Program> = (0..2).map(|r| pull_program(r, 2, &calls, 1)).collect();
-    assert!(check(&programs).is_err());
+    // Rank 0's scatter of the two-shot call lands in the slot where rank 1
+    // still reads the one-shot call's input.
+    assert_eq!(check(&programs), Err(stale_input(1, 1)));
 }

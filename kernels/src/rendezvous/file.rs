@@ -536,7 +536,15 @@ mod tests {
     fn a_reused_directory_is_refused() {
         let dir = fresh_dir("reused");
         let mut first = FileRendezvous::new(&dir, 1, 2, Duration::from_millis(10)).unwrap();
-        let _ = first.exchange("hello", b"x");
+        // Rank 0 never comes; rank 1's file stays behind.
+        match first.exchange("hello", b"x") {
+            Err(Error::Timeout {
+                rank: 1,
+                peer: Some(0),
+                ..
+            }) => {}
+            other => panic!("expected a timeout waiting for rank 0, got {other:?}"),
+        }
         let what = mismatch(FileRendezvous::new(&dir, 1, 2, Duration::from_secs(1)));
         assert!(what.contains("fresh directory"), "{what}");
         // Other ranks are not affected by rank 1's files.

@@ -155,9 +155,30 @@ mod tests {
                 other => panic!("{bad}: {other:?}"),
             }
         }
-        assert!(matches!(
-            peer_lengths(&announce(&[4]), 2, "layout"),
-            Err(Error::Mismatch(_))
-        ));
+        // One length for two ranks, or three: not this world's all-gather.
+        for (lengths, bytes) in [(&[4][..], 8), (&[4, 4, 4][..], 24)] {
+            match peer_lengths(&announce(lengths), 2, "layout") {
+                Err(Error::Mismatch(what)) => assert_eq!(
+                    what,
+                    format!("the rendezvous `layout` gathered {bytes} length bytes from 2 ranks")
+                ),
+                other => panic!("{lengths:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_huge_length_names_the_first_rank_that_announced_one() {
+        match peer_lengths(&announce(&[1, MAX_BLOB_BYTES + 1, u64::MAX]), 3, "hello") {
+            Err(Error::Mismatch(what)) => assert_eq!(
+                what,
+                format!(
+                    "rank 1 announced a `hello` blob of {} bytes, above the {MAX_BLOB_BYTES}-byte \
+                     cap (not a rank of this world, or corrupted)",
+                    MAX_BLOB_BYTES + 1
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -337,16 +337,42 @@ mod tests {
         assert!(calls_per_sample(1 << 20) < calls_per_sample(4096));
     }
 
+    /// Whatever this machine has, opening says so: no driver (CI, laptops),
+    /// no device, one GPU, GPUs of two architectures, or a world of GPUs.
     #[test]
-    fn without_a_driver_opening_says_no_gpu() {
-        // On machines without libcuda (CI, laptops) this is the path taken.
-        if kernels::raw::require_driver().is_ok() {
-            return;
-        }
-        match GpuBackend::open(false, 1 << 26) {
-            Err(OpenError::NoGpu(reason)) => assert_eq!(reason, "libcuda not loadable"),
-            Err(other) => panic!("expected NoGpu, got {other:?}"),
-            Ok(_) => panic!("opened a GPU backend without a driver"),
+    fn opening_names_what_this_machine_lacks() {
+        let opened = GpuBackend::open(false, 1 << 26);
+        let devices = match kernels::raw::require_driver() {
+            Err(_) => None,
+            Ok(()) => Some(timing::discover().map_err(|e| e.to_string())),
+        };
+        match (devices, opened) {
+            (None, Err(OpenError::NoGpu(reason))) => assert_eq!(reason, "libcuda not loadable"),
+            (Some(Err(e)), Err(OpenError::NoGpu(reason))) => {
+                assert_eq!(reason, format!("the driver lists no usable GPU: {e}"))
+            }
+            (Some(Ok(devices)), opened) => match (devices.len(), opened) {
+                (0, Err(OpenError::NoGpu(reason))) => assert_eq!(reason, "the driver sees no GPU"),
+                (1, Err(OpenError::Other(why))) => {
+                    assert!(why.starts_with("only one GPU ("), "{why}")
+                }
+                (_, Err(OpenError::Other(why)))
+                    if devices.iter().any(|d| d.arch != devices[0].arch) =>
+                {
+                    assert!(why.contains("a world needs one architecture"), "{why}")
+                }
+                (n, Ok(backend)) if n >= 2 => {
+                    assert_ne!(backend.platform().link, Link::Loopback);
+                    assert!(!backend.world_sizes().is_empty());
+                    assert_eq!(backend.platform().arch, devices[0].arch);
+                }
+                (n, other) => panic!("{n} GPU(s) found, but opening gave {:?}", other.err()),
+            },
+            (devices, other) => panic!(
+                "driver present: {}, but opening gave {:?}",
+                devices.is_some(),
+                other.err()
+            ),
         }
     }
 }

@@ -17,7 +17,15 @@ use tuner::harness::validation::{
     check_all_gather, check_all_reduce_of, check_identical, random_inputs,
 };
 
+pub mod skip;
+
 pub const NEEDS_GPU: &str = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine";
+
+/// Says that `test` did not run because it needs `needs` GPUs and `visible`
+/// are visible, in the one format `scripts/gpu-run.sh` judges.
+pub fn skipped(test: &str, needs: usize, visible: usize) {
+    eprintln!("{}", skip::line(test, needs, visible));
+}
 
 /// GPU 0's primary context with cudarc's event tracking off (the tests order
 /// their work on the ranks' streams themselves, and graphs require it).
