@@ -8,6 +8,12 @@
 #
 #   AB_VARIANTS=$'base:\nunroll8:CT_EXP_UNROLL_W2=8' \
 #   AB_ARGS="--devices 0,1 --collective all_reduce --sizes 4MiB,8MiB,16MiB" scripts/gpu-ab.sh
+#
+# A variant named `name=PATH` runs the tuner at PATH instead of .carry/bin's
+# (an A/B of two builds: their CUDA sources travel inside the binaries), e.g.
+#   AB_VARIANTS=$'before=.carry/prev/tuner:\nafter:\nbefore=.carry/prev/tuner:\nafter:'
+# (ABAB, so that a drift of the machine shows as a difference between the two
+# runs of one build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=.carry/bin
@@ -24,10 +30,14 @@ while IFS= read -r line; do
   [ -z "$line" ] && continue
   name=${line%%:*}
   defines=${line#*:}
-  echo "=== $n $name: ${defines:-(no defines)}" | tee -a "$out/ab-variants.txt"
+  tuner="$bin/tuner"
+  case "$name" in
+    *=*) tuner=${name#*=}; name=${name%%=*} ;;
+  esac
+  echo "=== $n $name ($tuner): ${defines:-(no defines)}" | tee -a "$out/ab-variants.txt"
   # shellcheck disable=SC2086
   KERNELS_NVRTC_DEFINES="$defines" timeout --signal=KILL "${AB_TIMEOUT:-120}" \
-    "$bin/tuner" bench $AB_ARGS --csv "$out/ab-$n.csv" > "$out/ab-$n.log" 2>&1 || status=1
+    "$tuner" bench $AB_ARGS --csv "$out/ab-$n.csv" > "$out/ab-$n.log" 2>&1 || status=1
   grep -E 'FAILED|failed|error' "$out/ab-$n.log" | head -n 5
   n=$((n + 1))
 done <<< "$AB_VARIANTS"

@@ -888,9 +888,17 @@ fn every_gpu_test_is_ignored_for_the_script_that_runs_it() {
         .split_whitespace()
         .find(|word| word.starts_with("scripts/") && word.ends_with(".sh"))
         .unwrap_or_else(|| panic!("NEEDS_GPU names no script: {NEEDS_GPU}"));
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    // The source tree it was built from, or (a binary carried to a GPU
+    // machine, which gpu-run.sh runs from the repository's root) the current
+    // directory.
+    let built_from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .join(script);
+    let path = if built_from.exists() {
+        built_from
+    } else {
+        std::path::PathBuf::from(script)
+    };
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{script}, named by NEEDS_GPU: {e}"));
     let runs_this_suite = text.lines().any(|line| {
