@@ -45,7 +45,8 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
     // The first step's input does not depend on the call state: its loads are
     // in flight while thread 0 reads the state.
     Pack v[UNROLL];
-    const CallState& state = begin_call(ctrl_of(a, a.rank), [&] { load_step(Step{first, stride, packs}, v, input); });
+    load_step(Step{first, stride, packs}, v, input);
+    const CallState& state = begin_call(ctrl_of(a, a.rank));
     if (state.poisoned) {
         poison_output(a, !REDUCE, first, stride);
         return;

@@ -97,50 +97,9 @@ __device__ __forceinline__ u32* block_state(u32* ctrl) {
     return ctrl + CT_CTRL_STATE + blockIdx.x * CT_CTRL_STATE_WORDS;
 }
 
-// The block's call state from the words thread 0 loaded (layout: the
-// CT_STATE_* words, protocol/layout.rs).
-__device__ __forceinline__ void decode_state(CallState& s, u32 poisoned, const Pack& low, const Pack& high) {
-    const u32 phase_word = low.w[CT_STATE_PUSH_PHASE];
-    s.poisoned = poisoned;
-    s.push_phase = phase_word & CT_STATE_PHASE_MASK;
-    s.calls = phase_word >> CT_STATE_CALLS_SHIFT;
-    s.push_used[0] = low.w[CT_STATE_PUSH_USED + 0];
-    s.push_used[1] = low.w[CT_STATE_PUSH_USED + 1];
-    s.push_used[2] = low.w[CT_STATE_PUSH_USED + 2];
-    s.seq = (u64)high.w[CT_STATE_PULL_SEQ - 4] | ((u64)high.w[CT_STATE_PULL_SEQ - 3] << 32);
-    s.use = (u64)high.w[CT_STATE_PULL_USE - 4] | ((u64)high.w[CT_STATE_PULL_USE - 3] << 32);
-}
-
 // Returns the block's shared copy, so that the state's fields are read from
 // shared memory where they are used instead of being held in registers for the
-// whole kernel. `meanwhile` runs in every thread after thread 0 has issued its
-// loads of the state and before the block waits for them: work that does not
-// depend on the state (a push kernel's first input loads) is then in flight
-// with them, and the state loads, which gate the barrier, go out first (left
-// to itself the compiler may issue the other loads first).
-template <typename Meanwhile>
-__device__ __forceinline__ const CallState& begin_call(u32* ctrl, Meanwhile meanwhile) {
-    __shared__ CallState s;
-    // Only thread 0's are loaded and read.
-    u32 poisoned;
-    Pack low, high;
-    if (threadIdx.x == 0) {
-        const u32* state = block_state(ctrl);
-        poisoned = ld_u32_sys(ctrl + CT_CTRL_ERROR);
-        low = ld_pack_sys(state);
-        high = ld_pack_sys(state + 4);
-    }
-    meanwhile();
-    if (threadIdx.x == 0) {
-        decode_state(s, poisoned, low, high);
-    }
-    __syncthreads();
-    return s;
-}
-
-// With nothing to do meanwhile: one branch of thread 0 (the two-branch form
-// above costs registers that the pull kernels, which start from the state,
-// would pay for nothing).
+// whole kernel.
 __device__ __forceinline__ const CallState& begin_call(u32* ctrl) {
     __shared__ CallState s;
     if (threadIdx.x == 0) {
@@ -148,7 +107,15 @@ __device__ __forceinline__ const CallState& begin_call(u32* ctrl) {
         const u32 poisoned = ld_u32_sys(ctrl + CT_CTRL_ERROR);
         const Pack low = ld_pack_sys(state);
         const Pack high = ld_pack_sys(state + 4);
-        decode_state(s, poisoned, low, high);
+        const u32 phase_word = low.w[CT_STATE_PUSH_PHASE];
+        s.poisoned = poisoned;
+        s.push_phase = phase_word & CT_STATE_PHASE_MASK;
+        s.calls = phase_word >> CT_STATE_CALLS_SHIFT;
+        s.push_used[0] = low.w[CT_STATE_PUSH_USED + 0];
+        s.push_used[1] = low.w[CT_STATE_PUSH_USED + 1];
+        s.push_used[2] = low.w[CT_STATE_PUSH_USED + 2];
+        s.seq = (u64)high.w[CT_STATE_PULL_SEQ - 4] | ((u64)high.w[CT_STATE_PULL_SEQ - 3] << 32);
+        s.use = (u64)high.w[CT_STATE_PULL_USE - 4] | ((u64)high.w[CT_STATE_PULL_USE - 3] << 32);
     }
     __syncthreads();
     return s;

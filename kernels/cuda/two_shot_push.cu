@@ -44,8 +44,8 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
     // The first scatter step's input does not depend on the call state: its
     // loads are in flight while thread 0 reads the state.
     Pack v[UNROLL][World<W>::SLOTS];
-    const CallState& state = begin_call(
-        ctrl_of(a, rank), [&] { load_shards<W, UNROLL>(a, Step{first, stride, sh.shard}, sh, v, input); });
+    load_shards<W, UNROLL>(a, Step{first, stride, sh.shard}, sh, v, input);
+    const CallState& state = begin_call(ctrl_of(a, rank));
     if (state.poisoned) {
         poison_output(a, false, first, stride);
         return;
