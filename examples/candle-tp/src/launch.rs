@@ -24,13 +24,21 @@ pub const WORKER_ENV: [(&str, &str); 3] = [
 /// The commit this binary was built from (set by build.rs).
 pub const BUILD: &str = env!("CANDLE_TP_BUILD");
 
+/// A new folder under `parent` that only this user can enter (mode 0700):
+/// colltune's file rendezvous keeps CUDA IPC handles in its join folder and
+/// refuses one that the group or others can read.
 fn fresh_dir(parent: &Path, stem: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or(0);
     let dir = parent.join(format!("{stem}-{}-{stamp}", std::process::id()));
-    std::fs::create_dir_all(&dir)
+    std::fs::create_dir_all(parent)
+        .map_err(|e| format!("cannot create the folder {}: {e}", parent.display()))?;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
         .map_err(|e| format!("cannot create the folder {}: {e}", dir.display()))?;
     Ok(dir)
 }
@@ -265,4 +273,19 @@ fn stop_rest(
         }
     }
     Err(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_fresh_folder_is_private_to_its_user() {
+        let parent = std::env::temp_dir().join(format!("candle-tp-test-{}", std::process::id()));
+        let dir = fresh_dir(&parent, "join").unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        std::fs::remove_dir_all(&parent).unwrap();
+        assert_eq!(mode, 0o700, "{}", dir.display());
+    }
 }
