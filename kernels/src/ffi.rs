@@ -49,9 +49,8 @@ pub fn require_driver() -> Result<()> {
     } else {
         Err(Error::MissingLibrary {
             lib: "libcuda.so (the NVIDIA driver)",
-            fix: "install the NVIDIA driver, or add the directory holding libcuda.so.1 to \
-                  LD_LIBRARY_PATH; on a machine without a GPU only the NVRTC compile checks \
-                  can run"
+            fix: "this machine needs an NVIDIA GPU and its driver: install the driver, or \
+                  add the directory holding libcuda.so.1 to LD_LIBRARY_PATH"
                 .into(),
         })
     }

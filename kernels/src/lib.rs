@@ -48,12 +48,13 @@
 //! tests need (library checks, device and link queries, the NVRTC build).
 //!
 //! ```no_run
-//! use cudarc::driver::CudaContext;
 //! use kernels::{Options, Select, World};
 //! use policy::Mode;
 //!
 //! # fn main() -> kernels::Result<()> {
-//! let ctx = CudaContext::new(0).expect("a GPU");
+//! // Checks the driver and the GPU first: without them, one error that says
+//! // which is missing.
+//! let ctx = kernels::open_device(0)?;
 //! // Two ranks on one GPU (a loopback world); `World::devices` takes one
 //! // stream per GPU instead.
 //! let mut ranks = World::loopback(ctx, 2, Options::default())?;
@@ -76,6 +77,7 @@
 
 mod algorithms;
 mod comm;
+mod device;
 mod drain;
 mod element;
 mod error;
@@ -97,6 +99,7 @@ pub use comm::{Captured, Fallback, Join, Lifeline, Options, ProcessSpec, RankCom
 /// loading mode and CUDA and NCCL versions it binds is the final binary's
 /// choice: see this crate's features and the README's engine section.
 pub use cudarc;
+pub use device::{open_device, visible_gpus};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use nccl::NcclId;

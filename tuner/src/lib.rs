@@ -50,6 +50,7 @@ pub mod grid;
 #[cfg(feature = "gpu")]
 pub mod harness;
 mod json_layout;
+pub mod logging;
 pub mod measure;
 pub mod named;
 pub mod observe;

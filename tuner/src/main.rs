@@ -38,6 +38,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(why) = tuner::logging::init() {
+        eprintln!("tuner: {why}");
+        return ExitCode::from(2);
+    }
     let mut out = std::io::stdout().lock();
     let result = match &cli.command {
         Command::Sweep(args) => commands::sweep(args, &mut out),

@@ -28,9 +28,9 @@ fn gpu_commands_refuse_in_one_line_without_a_gpu() {
     let reasons: &[&str] = if cfg!(not(feature = "gpu")) {
         &["this tuner was built without the `gpu` feature"]
     } else if !driver_present() {
-        &["libcuda not loadable"]
+        &["libcuda.so (the NVIDIA driver) could not be loaded"]
     } else {
-        &["the driver lists no usable GPU", "the driver sees no GPU"]
+        &["no GPU: the driver loads but shows this process no GPU (CUDA_VISIBLE_DEVICES=-1)"]
     };
     for args in [
         vec!["sweep", "--out", dir.to_str().unwrap()],
@@ -413,4 +413,26 @@ fn sigterm_keeps_what_a_sweep_measured() {
     );
     let kept = dir.join("sm90-nvlink.interrupted.evidence.json");
     assert!(kept.exists(), "{stderr}");
+}
+
+/// The logger's level is checked before anything runs: a wrong
+/// `COLLTUNE_LOG` is a usage error (exit 2) naming the valid levels.
+#[test]
+fn a_wrong_log_level_is_a_usage_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tuner"))
+        .arg("show")
+        .env("COLLTUNE_LOG", "loud")
+        .output()
+        .expect("the tuner binary runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "tuner: COLLTUNE_LOG=loud: expected off, error, warn, info or debug"
+    );
+    let quiet = Command::new(env!("CARGO_BIN_EXE_tuner"))
+        .arg("show")
+        .env("COLLTUNE_LOG", "off")
+        .output()
+        .expect("the tuner binary runs");
+    assert_eq!(quiet.status.code(), Some(0), "{}", text(&quiet.stderr));
 }

@@ -284,7 +284,7 @@ impl RankComm {
             .get_or_insert_with(HashSet::new)
             .insert((collective, algo, reason))
         {
-            eprintln!(
+            log::info!(
                 "colltune: {} declined {} of {bytes} bytes of {} ({reason}); running {} instead \
                  (logged once per kind)",
                 algo.name(),

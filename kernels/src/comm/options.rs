@@ -32,7 +32,9 @@ pub struct Options {
     /// that largest block (measured fastest on 2 x H200; see
     /// `protocol::launch::default_threads`).
     pub threads: Option<u32>,
-    /// Print the first decline of each kind to stderr. Default true.
+    /// Log the first decline of each kind, and rank 0's note on how the world
+    /// was formed, at `info` level through the `log` facade (the engine's
+    /// logger decides whether and where they appear). Default true.
     pub log_declines: bool,
     /// A world of processes ([`World::process`](super::World::process)): bound on
     /// each step of forming the world (NCCL init, every rendezvous round) and on

@@ -506,7 +506,7 @@ fn prepare(
 /// Said once per world, by rank 0, unless the options silence logging.
 fn announce(rank: usize, options: &Options, message: &str) {
     if rank == 0 && options.log_declines {
-        eprintln!("colltune: {message}");
+        log::info!("colltune: {message}");
     }
 }
 

@@ -107,7 +107,7 @@ impl Drop for RankResources {
                 // then tell the peers so.
                 self.shared.registration.close_peer_mappings();
                 if let Err(e) = membership.leave(self.nccl.as_ref(), &self.stream) {
-                    eprintln!(
+                    log::warn!(
                         "colltune: rank {}: no goodbye from every peer ({e}); keeping this \
                          rank's exported buffers (a peer may still use them) and aborting NCCL",
                         self.rank

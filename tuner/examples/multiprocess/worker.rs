@@ -8,7 +8,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::CudaContext;
 use half::{bf16, f16};
 use kernels::raw::fnv1a;
 use kernels::{
@@ -166,7 +165,7 @@ pub fn dtype_of(cli: &Cli) -> Result<DType, Failure> {
 
 /// Forms this rank of the world.
 fn form(cli: &Cli, place: &Place) -> Result<RankComm, Failure> {
-    let ctx = CudaContext::new(place.device)?;
+    let ctx = kernels::open_device(place.device)?;
     // SAFETY: no slice exists yet; graphs need event tracking off.
     unsafe { ctx.disable_event_tracking() };
     let stream = ctx.new_stream()?;

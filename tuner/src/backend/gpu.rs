@@ -55,16 +55,25 @@ pub struct GpuBackend {
     verify_max_bytes: u64,
 }
 
+/// Why this machine has no GPU to open, in the runtime's words
+/// (`kernels::open_device`): no driver, or a driver that shows no GPU.
+pub fn no_gpu_reason() -> String {
+    match kernels::open_device(0) {
+        Err(e) => e.to_string(),
+        Ok(_) => "the driver shows a GPU but it could not be used".to_string(),
+    }
+}
+
 impl GpuBackend {
     /// Finds the GPUs and their link; checks sizes up to `verify_max_bytes`
     /// against the host reference (larger ones are timed unchecked).
     pub fn open(loopback: bool, verify_max_bytes: u64) -> Result<GpuBackend, OpenError> {
-        kernels::raw::require_driver()
-            .map_err(|_| OpenError::NoGpu("libcuda not loadable".to_string()))?;
+        // The runtime's own wording for a missing driver or GPU.
+        kernels::open_device(0).map_err(|e| OpenError::NoGpu(e.to_string()))?;
         let devices = timing::discover()
             .map_err(|e| OpenError::NoGpu(format!("the driver lists no usable GPU: {e}")))?;
         let Some(first) = devices.first() else {
-            return Err(OpenError::NoGpu("the driver sees no GPU".to_string()));
+            return Err(OpenError::NoGpu(no_gpu_reason()));
         };
         let (topology, link, world_sizes) = if loopback {
             (
@@ -93,8 +102,7 @@ impl GpuBackend {
                 .collect();
             (Topology::Devices, link, sizes)
         };
-        let context = cudarc::driver::CudaContext::new(0)
-            .map_err(|e| OpenError::NoGpu(format!("cannot open GPU 0: {e}")))?;
+        let context = kernels::open_device(0).map_err(|e| OpenError::NoGpu(e.to_string()))?;
         let info = timing::gpu_stack(&context).map_err(|e| OpenError::Other(e.to_string()))?;
         let platform = PlatformDesc {
             arch: first.arch,
@@ -347,12 +355,12 @@ mod tests {
             Ok(()) => Some(timing::discover().map_err(|e| e.to_string())),
         };
         match (devices, opened) {
-            (None, Err(OpenError::NoGpu(reason))) => assert_eq!(reason, "libcuda not loadable"),
+            (None, Err(OpenError::NoGpu(reason))) => assert_eq!(reason, no_gpu_reason()),
             (Some(Err(e)), Err(OpenError::NoGpu(reason))) => {
                 assert_eq!(reason, format!("the driver lists no usable GPU: {e}"))
             }
             (Some(Ok(devices)), opened) => match (devices.len(), opened) {
-                (0, Err(OpenError::NoGpu(reason))) => assert_eq!(reason, "the driver sees no GPU"),
+                (0, Err(OpenError::NoGpu(reason))) => assert_eq!(reason, no_gpu_reason()),
                 (1, Err(OpenError::Other(why))) => {
                     assert!(why.starts_with("only one GPU ("), "{why}")
                 }

@@ -336,11 +336,10 @@ mod gpu {
         plan: &Plan,
         out: &mut dyn Write,
     ) -> Result<(), CommandError> {
-        kernels::raw::require_driver()
-            .map_err(|_| CommandError::NoGpu("libcuda not loadable".to_string()))?;
-        let gpus = cudarc::driver::CudaContext::device_count()
-            .map_err(|e| CommandError::NoGpu(format!("the driver lists no usable GPU: {e:?}")))?
-            as usize;
+        // The runtime's own wording for a missing driver or GPU.
+        kernels::open_device(0).map_err(|e| CommandError::NoGpu(e.to_string()))?;
+        let gpus = kernels::visible_gpus()
+            .map_err(|e| CommandError::NoGpu(format!("the driver lists no usable GPU: {e}")))?;
         measure_all(cli, plan, gpus, out).map_err(CommandError::Failed)
     }
 

@@ -449,10 +449,9 @@ impl DeviceInfo {
 
 /// Every visible GPU and the pairwise links between them.
 pub fn discover() -> Result<Vec<DeviceInfo>> {
-    raw::require_driver()?;
-    let count = CudaContext::device_count().during("counting GPUs")? as usize;
+    let count = kernels::visible_gpus()?;
     let contexts = (0..count)
-        .map(|i| CudaContext::new(i).during("opening a GPU"))
+        .map(kernels::open_device)
         .collect::<Result<Vec<_>>>()?;
     let mut devices = Vec::with_capacity(count);
     for (i, ctx) in contexts.iter().enumerate() {
@@ -484,16 +483,15 @@ pub fn build_world(
     raw::require_driver()?;
     match loopback_ranks {
         Some(n) => {
-            let ctx =
-                CudaContext::new(devices.first().copied().unwrap_or(0)).during("opening a GPU")?;
+            let ctx = kernels::open_device(devices.first().copied().unwrap_or(0))?;
             World::loopback(ctx, n, options)
         }
         None => {
             let streams = devices
                 .iter()
                 .map(|&d| {
-                    CudaContext::new(d)
-                        .and_then(|ctx| ctx.new_stream())
+                    kernels::open_device(d)?
+                        .new_stream()
                         .during("opening a GPU stream")
                 })
                 .collect::<Result<Vec<_>>>()?;
