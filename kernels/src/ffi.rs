@@ -74,7 +74,7 @@ pub fn require_nvrtc() -> Result<()> {
 /// NCCL (`libnccl.so.2`), needed by worlds that run NCCL.
 pub fn require_nccl() -> Result<()> {
     if presence::nccl() {
-        Ok(())
+        multicast_off()
     } else {
         Err(Error::MissingLibrary {
             lib: "libnccl.so.2 (NCCL)",
@@ -290,4 +290,42 @@ pub(crate) fn mem_allocation_size(ptr: sys::CUdeviceptr) -> Result<usize> {
         )));
     }
     Ok(size)
+}
+
+/// The variable NCCL reads, once per process at its first initialisation, to
+/// decide whether it may use NVLink multicast (NVLS).
+pub const NVLS_ENV: &str = "NCCL_NVLS_ENABLE";
+
+/// What to do with `NCCL_NVLS_ENABLE` as found: `Ok(true)` to set it to 0,
+/// `Ok(false)` when it already is, an error when it asks for multicast, which
+/// this crate never lets NCCL use (it can take a shared host's GPUs out of
+/// service).
+pub fn nvls_decision(current: Option<&str>) -> Result<bool> {
+    match current.map(str::trim) {
+        None => Ok(true),
+        Some("0") => Ok(false),
+        Some(other) => Err(Error::Unsupported(format!(
+            "{NVLS_ENV}={other}: kernels never lets NCCL use NVLink multicast (NVLS); unset \
+             {NVLS_ENV} or set it to 0"
+        ))),
+    }
+}
+
+/// Makes sure NCCL runs without NVLink multicast: sets `NCCL_NVLS_ENABLE=0`
+/// before this crate's first NCCL call when it is unset (NCCL reads it once,
+/// when it first initialises), and refuses a process that asked for
+/// multicast. Checked on every call that reaches NCCL ([`require_nccl`]).
+pub fn multicast_off() -> Result<()> {
+    static SET: std::sync::Once = std::sync::Once::new();
+    let current = std::env::var(NVLS_ENV).ok();
+    if nvls_decision(current.as_deref())? {
+        SET.call_once(|| {
+            // SAFETY: once per process, before this crate's first NCCL call,
+            // so NCCL's own threads do not exist yet. An engine whose other
+            // threads read the environment while it builds its first world
+            // sets NCCL_NVLS_ENABLE=0 itself, and then nothing is written.
+            unsafe { std::env::set_var(NVLS_ENV, "0") };
+        });
+    }
+    Ok(())
 }

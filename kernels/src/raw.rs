@@ -6,6 +6,8 @@
 //!
 //! - library presence ([`require_driver`], [`require_nvrtc`], [`require_nccl`],
 //!   [`nccl_present`]) and versions ([`driver_cuda_version`], [`nccl_version`]);
+//! - NVLink multicast kept off ([`multicast_off`], which every NCCL entry
+//!   point runs: `NCCL_NVLS_ENABLE=0`, [`NVLS_ENV`]);
 //! - what a GPU is ([`arch_of`], [`sm_count`]), how two GPUs reach each
 //!   other ([`pair_link`], [`PairLink`], [`Reach`]) and which link a world of
 //!   them forms ([`world_link`], the rule every world of `kernels` follows);
@@ -22,7 +24,8 @@
 pub use crate::comm::{arch_of, sm_count};
 pub use crate::error::DriverContext;
 pub use crate::ffi::{
-    driver_cuda_version, nccl_present, require_driver, require_nccl, require_nvrtc,
+    NVLS_ENV, driver_cuda_version, multicast_off, nccl_present, require_driver, require_nccl,
+    require_nvrtc,
 };
 pub use crate::module::{
     CompiledKernels, compile_for, compile_specialisation, entry_names, world_specialisations,

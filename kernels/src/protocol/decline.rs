@@ -334,6 +334,11 @@ mod tests {
             let plan = BufferPlan::new(&caps, world, false).unwrap();
             for (collective, algo) in registry::implemented_pairs() {
                 let cap = caps.of(collective, algo);
+                if cap.max_bytes == 0 {
+                    // No capacity, so no call to take (an algorithm these
+                    // test capacities do not know, such as one just added).
+                    continue;
+                }
                 let step = match collective {
                     AllReduce => PACK_BYTES,
                     AllGather => PACK_BYTES * world as u64,
