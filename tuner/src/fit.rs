@@ -538,17 +538,22 @@ mod tests {
                 let samples_us = (0..21)
                     .map(|i| median * (1.0 + (i as f64 - 10.0) * 1e-4))
                     .collect();
-                key.points.push(PointEvidence {
-                    bytes,
-                    algo,
-                    origin: PointOrigin::Grid,
-                    verified: true,
-                    error: None,
-                    samples_us,
-                });
+                key.points.push(grid_point(bytes, algo, samples_us));
             }
         }
         key
+    }
+
+    /// A verified grid point with these samples.
+    fn grid_point(bytes: u64, algo: Algo, samples_us: Vec<f64>) -> PointEvidence {
+        PointEvidence {
+            bytes,
+            algo,
+            origin: PointOrigin::Grid,
+            verified: true,
+            error: None,
+            samples_us,
+        }
     }
 
     fn all_custom(max_bytes: u64) -> Vec<CapacityEntry> {
@@ -873,14 +878,7 @@ mod tests {
                             }
                         })
                         .collect();
-                    key.points.push(PointEvidence {
-                        bytes,
-                        algo,
-                        origin: PointOrigin::Grid,
-                        verified: true,
-                        error: None,
-                        samples_us,
-                    });
+                    key.points.push(grid_point(bytes, algo, samples_us));
                 }
             }
             key
