@@ -92,8 +92,11 @@ pub mod raw;
 mod rendezvous;
 mod selection;
 mod vocab;
+mod window;
 
-pub use comm::{Captured, Fallback, Join, Lifeline, Options, ProcessSpec, RankComm, Select, World};
+pub use comm::{
+    Captured, Fallback, Join, Lifeline, Options, ProcessSpec, RankComm, Select, WindowBuffer, World,
+};
 /// The cudarc this crate was built with (0.19), so that an engine names the
 /// same `CudaStream`, `CudaView` and NCCL types that [`RankComm`] takes. Which
 /// loading mode and CUDA and NCCL versions it binds is the final binary's

@@ -676,6 +676,67 @@ impl NcclComm {
         self.issued("ncclAllGather", code)
     }
 
+    /// Registers one window per communicator as a symmetric window
+    /// (`ncclCommWindowRegister` with `NCCL_WIN_COLL_SYMMETRIC`), inside one
+    /// NCCL group so that one thread can register every rank of a
+    /// single-process world; a world of processes passes its one rank, and
+    /// every process calls this together. Registration is collective: it is
+    /// waited out against each communicator's call bound. Never called while
+    /// a stream is being captured (NCCL would have to synchronise).
+    pub(crate) fn register_windows(
+        ranks: &[(&NcclComm, &Arc<CudaContext>)],
+        memory: Vec<crate::window::WindowMemory>,
+    ) -> Result<Vec<crate::window::Window>> {
+        let api = crate::window::api().map_err(Error::Unsupported)?;
+        let mut handles = vec![std::ptr::null_mut(); ranks.len()];
+        // SAFETY: opens a group; closed below on every path.
+        check("ncclGroupStart", unsafe { sys::ncclGroupStart() })?;
+        let mut issued = Ok(());
+        for (((comm, ctx), area), handle) in ranks.iter().zip(&memory).zip(&mut handles) {
+            let step = comm.live("ncclCommWindowRegister").and_then(|raw| {
+                ctx.bind_to_thread()
+                    .map_err(|e| Error::driver("binding a context for NCCL", e))?;
+                // SAFETY: `area` is live ncclMemAlloc memory of `bytes` on this
+                // communicator's device; NCCL writes one handle.
+                let code = unsafe {
+                    (api.register)(
+                        raw,
+                        area.ptr as *mut _,
+                        area.bytes as usize,
+                        handle,
+                        crate::window::WIN_COLL_SYMMETRIC,
+                    )
+                };
+                in_progress_is_ok("ncclCommWindowRegister", code)
+            });
+            if let Err(e) = step {
+                issued = Err(e);
+                break;
+            }
+        }
+        // SAFETY: closes the group opened above.
+        let ended = in_progress_is_ok("ncclGroupEnd", unsafe { sys::ncclGroupEnd() });
+        issued?;
+        ended?;
+        for (comm, _) in ranks {
+            let deadline = Instant::now() + comm.call_bound;
+            if settle(comm.comm, "ncclCommWindowRegister", deadline)? == Settled::Late {
+                return Err(Error::Timeout {
+                    rank: comm.rank,
+                    peer: None,
+                    during: "registering NCCL windows (a peer never registered its own)".into(),
+                    timeout: comm.call_bound,
+                });
+            }
+        }
+        // NCCL keeps the registrations (its handles are needed only to
+        // deregister, which ending the communicator does).
+        Ok(memory
+            .into_iter()
+            .map(|memory| crate::window::Window { memory })
+            .collect())
+    }
+
     /// An error NCCL detected asynchronously (e.g. a failed peer), if any.
     pub(crate) fn async_error(&self) -> Result<()> {
         let comm = self.live("ncclCommGetAsyncError")?;

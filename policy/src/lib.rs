@@ -129,8 +129,8 @@ pub use platforms::{PlatformInfo, TableInfo};
 pub use policy_macros::include_tuned;
 pub use tables::{Tables, TablesInUse, tables_in_use, use_tables};
 pub use tuned_schema::{
-    Algo, Arch, Band, Capacity, CapacityEntry, Collective, DEFAULT_ALIGN, DType, Link, Mode, Query,
-    TableKey, default_capacity,
+    Algo, AlgoKind, Arch, Band, Capacity, CapacityEntry, Collective, DEFAULT_ALIGN, DType, Link,
+    Mode, Query, TableKey, default_capacity,
 };
 
 // `tuned` is inside this package so that the published crate carries it; in

@@ -70,7 +70,7 @@ fn malformed_overrides_are_errors_that_list_valid_names() {
     );
     assert_eq!(
         problem("all_gather=two_shot_pull"),
-        "two_shot_pull does not implement all_gather (its algorithms: nccl, one_shot_push, one_shot_pull)"
+        "two_shot_pull does not implement all_gather (its algorithms: nccl, one_shot_push, one_shot_pull, nccl_symmetric)"
     );
     assert_eq!(
         problem("all_reduce=nccl,all_reduce=one_shot_push"),

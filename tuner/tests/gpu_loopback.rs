@@ -14,7 +14,7 @@ use cudarc::driver::CudaContext;
 use gpu_common::{Case, NEEDS_GPU, Placement, Suite, eager, gpu, graph};
 use half::{bf16, f16};
 use kernels::{Element, Error, Fallback, Options, RankComm, Select, World};
-use policy::{Algo, Collective, DType, Mode};
+use policy::{Algo, AlgoKind, Collective, DType, Mode};
 use tuner::harness::timing::{TimingSpec, measure, validate};
 
 const MIB: usize = 1 << 20;
@@ -152,6 +152,12 @@ fn every_algorithm(world: usize) {
     ));
     for collective in Collective::ALL {
         for &algo in collective.algos() {
+            if algo.kind() == AlgoKind::Window && ranks[0].fallback_kind() != Fallback::Nccl {
+                // No NCCL here, so no window: every size would decline to
+                // the reference (world_of_one_runs_nccl_and_every_algorithm
+                // runs it).
+                continue;
+            }
             let sizes = sizes_for(&ranks[0], collective, algo);
             for (i, &bytes) in sizes.iter().enumerate() {
                 let out = output_bytes(collective, world, bytes);
@@ -346,6 +352,13 @@ fn loopback_in_place() {
             for &algo in collective.algos() {
                 for bytes in [4096, 65_552] {
                     for mode in [Mode::Eager, Mode::Graph] {
+                        // NCCL on a window declines here (no NCCL in a loopback world).
+                        let expect = expected(
+                            &ranks,
+                            collective,
+                            algo,
+                            output_bytes(collective, world, bytes),
+                        );
                         let case = Case {
                             collective,
                             how: Select::Force(algo),
@@ -359,7 +372,7 @@ fn loopback_in_place() {
                             &mut ranks,
                             case,
                             mode,
-                            algo,
+                            expect,
                             GRAPH_REPLAYS,
                         );
                         let case = Case {
@@ -372,7 +385,7 @@ fn loopback_in_place() {
                             &mut ranks,
                             case,
                             mode,
-                            algo,
+                            expect,
                             GRAPH_REPLAYS,
                         );
                     }
@@ -564,6 +577,121 @@ fn world_of_one_runs_nccl_and_every_algorithm() {
         0,
     );
     suite.finish();
+}
+
+/// Tensors in windows from `alloc_window` run `nccl_symmetric` in place (a
+/// world of one has real NCCL): every placement of input and output gives
+/// the host reference, outside a capture and in one; a loopback world of
+/// several ranks (no NCCL) refuses to hand out windows, with a reason.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn windows_from_alloc_window_run_nccl_symmetric_in_place() {
+    let ctx = gpu();
+    let mut suite = Suite::new("alloc_window");
+    let mut ranks = loopback(&ctx, 1);
+    for (i, n) in [8usize, 2048, 1 << 20].into_iter().enumerate() {
+        let outcome = window_cases(&mut ranks[0], n, 0x5e00 + i as u64, Algo::NcclSymmetric);
+        suite.record(&format!("{n} bf16"), outcome);
+    }
+    // Past the window (64 MiB by default) the call declines to plain NCCL,
+    // and still computes.
+    let past = (64 << 20) / 2 + 8;
+    suite.record(
+        "past the window: plain NCCL",
+        window_cases(&mut ranks[0], past, 0x5eff, Algo::Nccl),
+    );
+    let mut shared = loopback(&ctx, 2);
+    suite.record(
+        "a loopback world of 2 has no windows",
+        match shared[0].alloc_window::<bf16>(64) {
+            Err(Error::Unsupported(why)) if why.contains("without NCCL") => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    suite.finish();
+}
+
+/// All-reduce and all-gather of `n` elements forced to `nccl_symmetric`,
+/// with input and output in windows, only the output in one, and in place
+/// in one; then an all-reduce in place in a window captured into a graph.
+/// Every call must report `expect` and match the host reference.
+fn window_cases(rank: &mut RankComm, n: usize, seed: u64, expect: Algo) -> Result<(), String> {
+    use tuner::harness::timing::poison;
+    use tuner::harness::validation::{check_all_gather, check_all_reduce, random_inputs};
+    let how = Select::Force(Algo::NcclSymmetric);
+    let err = |e: kernels::Error| e.to_string();
+    let drv = |e: cudarc::driver::DriverError| e.to_string();
+    let ran_expected = |ran: Algo, what: &str| {
+        (ran == expect).then_some(()).ok_or(format!(
+            "{what}: {} ran, not {}",
+            ran.name(),
+            expect.name()
+        ))
+    };
+    let stream = rank.stream().clone();
+    let inputs = random_inputs::<bf16>(1, n, seed);
+    let mut input = rank.alloc_window::<bf16>(n).map_err(err)?;
+    let mut output = rank.alloc_window::<bf16>(n).map_err(err)?;
+    let plain_input = stream.clone_htod(&inputs[0]).map_err(drv)?;
+    stream.memcpy_htod(&inputs[0], &mut *input).map_err(drv)?;
+    let reduced = |output: &kernels::WindowBuffer<bf16>, what: &str| -> Result<(), String> {
+        let got = stream.clone_dtoh(&**output).map_err(drv)?;
+        check_all_reduce(&inputs, &got, kernels::raw::SentinelRule::None)
+            .map_err(|e| format!("{what}: {e}"))
+    };
+    poison(&stream, &mut *output).map_err(err)?;
+    let ran = rank
+        .all_reduce(&input.as_view(), &mut output.as_view_mut(), how)
+        .map_err(err)?;
+    rank.check().map_err(err)?;
+    ran_expected(ran, "both in windows")?;
+    reduced(&output, "both in windows")?;
+
+    poison(&stream, &mut *output).map_err(err)?;
+    let ran = rank
+        .all_reduce(&plain_input.as_view(), &mut output.as_view_mut(), how)
+        .map_err(err)?;
+    rank.check().map_err(err)?;
+    ran_expected(ran, "output in a window")?;
+    reduced(&output, "output in a window")?;
+
+    stream.memcpy_htod(&inputs[0], &mut *output).map_err(drv)?;
+    let ran = rank
+        .all_reduce_in_place(&mut output.as_view_mut(), how)
+        .map_err(err)?;
+    rank.check().map_err(err)?;
+    ran_expected(ran, "in place in a window")?;
+    reduced(&output, "in place in a window")?;
+
+    // All-gather (a world of one: the output is the input).
+    poison(&stream, &mut *output).map_err(err)?;
+    let ran = rank
+        .all_gather(&input.as_view(), &mut output.as_view_mut(), how)
+        .map_err(err)?;
+    rank.check().map_err(err)?;
+    ran_expected(ran, "all_gather")?;
+    let got = stream.clone_dtoh(&*output).map_err(drv)?;
+    check_all_gather(&inputs, &got, false).map_err(|e| format!("all_gather: {e}"))?;
+
+    // Captured: the window was registered before the capture.
+    stream.memcpy_htod(&inputs[0], &mut *output).map_err(drv)?;
+    let graph = rank
+        .capture(|r| {
+            let ran = r.all_reduce_in_place(&mut output.as_view_mut(), how)?;
+            assert_eq!(ran, expect, "captured");
+            Ok(())
+        })
+        .map_err(err)?;
+    graph.launch().map_err(err)?;
+    rank.check().map_err(err)?;
+    reduced(&output, "captured, in place in a window")?;
+
+    // Windows cannot be registered inside a capture.
+    match rank.capture(|r| r.alloc_window::<bf16>(16).map(|_| ())) {
+        Err(Error::Unsupported(why)) if why.contains("capture") => Ok(()),
+        Err(other) => Err(format!("alloc_window inside a capture: {other}")),
+        Ok(_) => Err("alloc_window inside a capture was allowed".into()),
+    }
 }
 
 /// A rank that never launches makes its peer's kernel time out within the

@@ -11,9 +11,9 @@ use super::rank::RankComm;
 use crate::algorithms::{self, Call};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::protocol::decline::{CallShape, Decline, decline};
+use crate::protocol::decline::{CallShape, Decline, WorldOffer, decline};
 use crate::protocol::registry::Kernel;
-use crate::vocab::{Algo, Collective, DType, Query};
+use crate::vocab::{Algo, AlgoKind, Collective, DType, Query};
 
 impl RankComm {
     /// Sums `input` over all ranks into `output` (same length). Returns the
@@ -121,11 +121,15 @@ impl RankComm {
     }
 
     fn decline(&self, shape: &CallShape) -> Option<Decline> {
+        let shared = &self.res.shared;
         decline(
             shape,
-            &self.res.shared.caps,
-            self.res.shared.registration.plan(),
-            self.res.shared.peer_access,
+            &WorldOffer {
+                caps: &shared.caps,
+                plan: shared.registration.plan(),
+                peer_access: shared.peer_access,
+                window_bytes: shared.window_bytes,
+            },
         )
     }
 
@@ -210,8 +214,11 @@ impl RankComm {
             bytes_per_rank: shape.bytes_per_rank,
         };
         let ran = match self.decline(&shape) {
-            None if shape.custom.is_some() => self.launch_custom(algo, &call).map(|()| algo),
-            None => self.run_fallback(&call).map(|()| Algo::Nccl),
+            None => match algo.kind() {
+                AlgoKind::Kernel => self.launch_custom(algo, &call).map(|()| algo),
+                AlgoKind::Window => self.run_on_window(&call).map(|()| algo),
+                AlgoKind::Library => self.run_fallback(&call).map(|()| Algo::Nccl),
+            },
             Some(reason) => {
                 self.log_decline(collective, algo, dtype, bytes, reason);
                 self.run_fallback(&call).map(|()| Algo::Nccl)

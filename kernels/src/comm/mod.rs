@@ -11,6 +11,7 @@ mod rank;
 mod registration;
 mod resources;
 mod setup;
+mod symmetric;
 mod world;
 
 pub use capture::{Captured, Lifeline};
@@ -18,4 +19,5 @@ pub use options::{Fallback, Options, Select};
 pub use process::{Join, ProcessSpec};
 pub use rank::RankComm;
 pub use setup::{arch_of, sm_count};
+pub use symmetric::WindowBuffer;
 pub use world::World;

@@ -36,6 +36,7 @@ use super::rank::{RankComm, RankParts};
 use super::registration::{BUFFER_NAMES, MappedMemory, RankMemory, Registration, Slot};
 use super::resources::WorldShared;
 use super::setup::{arch_of, block_size, check_world_size, launch_shape};
+use super::symmetric::register_rank_windows;
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
 use crate::ipc::IpcHandle;
@@ -43,9 +44,8 @@ use crate::module::{self, KernelSet};
 use crate::nccl::{NcclComm, NcclId};
 use crate::protocol::digest::{Digest, check_agreement};
 use crate::protocol::launch::{LaunchShape, Placement};
-use crate::protocol::layout::{BufferPlan, Capacities};
+use crate::protocol::layout::{BufferPlan, Capacities, capacity_pairs};
 use crate::protocol::reach::{self, Decision};
-use crate::protocol::registry;
 use crate::rendezvous::{FileRendezvous, Rendezvous};
 use crate::selection::{self, Selector};
 use crate::vocab::{DType, Link};
@@ -238,6 +238,29 @@ pub(crate) fn build(
         }
     }
 
+    // 5. NCCL's symmetric window, registered by every rank together; used
+    //    only when every rank registered one of the same size.
+    let (window, window_bytes) = match (&nccl, fallback) {
+        (Some(comm), Fallback::Nccl) => {
+            let (mut windows, bytes) = register_rank_windows(&[(comm, &ctx)], caps.window_bytes());
+            let told = Digest::new().with("window_bytes", bytes);
+            let all = membership.round(nccl.as_ref(), &stream, "window", &told)?;
+            let agreed = all
+                .iter()
+                .all(|d| d.get("window_bytes") == told.get("window_bytes"));
+            if !agreed && rank == 0 {
+                announce(
+                    rank,
+                    &options,
+                    "the ranks registered NCCL windows of different sizes (or some none);                      nccl_symmetric declines to plain NCCL",
+                );
+            }
+            // A registered window is kept until NCCL ends even when unused.
+            (windows.pop().flatten(), if agreed { bytes } else { 0 })
+        }
+        _ => (None, 0),
+    };
+
     let registration = Registration::from_slots(slots, vec![stream.clone()], plan);
     // Formed: from now on, dropping a healthy rank finalises NCCL (bounded).
     if let Some(comm) = &mut nccl {
@@ -248,6 +271,7 @@ pub(crate) fn build(
         caps,
         peer_access: custom,
         fallback,
+        window_bytes,
     });
     RankComm::new(RankParts {
         rank,
@@ -259,6 +283,7 @@ pub(crate) fn build(
         kernels,
         shared,
         nccl,
+        window,
         membership: Some(membership),
         selector,
         options,
@@ -281,7 +306,7 @@ fn layout_fields() -> Vec<String> {
     .iter()
     .map(|f| f.to_string())
     .collect();
-    fields.extend(registry::implemented_pairs().map(|(c, a)| capacity_field(c, a)));
+    fields.extend(capacity_pairs().map(|(c, a)| capacity_field(c, a)));
     fields
 }
 
@@ -314,7 +339,7 @@ fn layout_digest(
         .with("max_blocks", shape.max_blocks)
         .with("slot_bytes", plan.slot_bytes)
         .with("staging_half_bytes", plan.staging_half_bytes);
-    for (collective, algo) in registry::implemented_pairs() {
+    for (collective, algo) in capacity_pairs() {
         let cap = caps.of(collective, algo);
         digest = digest.with(
             &capacity_field(collective, algo),
@@ -657,10 +682,13 @@ mod tests {
     #[test]
     fn the_layout_round_compares_every_capacity_of_the_registry() {
         let fields = layout_fields();
-        for (collective, algo) in registry::implemented_pairs() {
+        for (collective, algo) in crate::protocol::registry::implemented_pairs() {
             let field = capacity_field(collective, algo);
             assert!(fields.contains(&field), "{field} is not compared");
         }
+        // NCCL's window is sized by its capacities too.
+        assert!(fields.contains(&"capacity_all_reduce_nccl_symmetric".to_string()));
+        assert!(fields.contains(&"capacity_all_gather_nccl_symmetric".to_string()));
         // The one that a hand-kept list once missed.
         assert!(fields.contains(&"capacity_all_reduce_two_shot_push".to_string()));
         // And what the digest writes is what is compared.

@@ -9,7 +9,7 @@ use super::capture::{Captured, Lifeline};
 use super::health::Health;
 use super::membership::Membership;
 use super::options::{Fallback, Options};
-use super::resources::{RankResources, WorldShared};
+use super::resources::{RankResources, RankWindows, WorldShared};
 use crate::algorithms::CollArgs;
 use crate::error::{DriverContext, Error, Result};
 use crate::memory::MappedHostWords;
@@ -19,6 +19,7 @@ use crate::protocol::host;
 use crate::protocol::launch::LaunchShape;
 use crate::selection::Selector;
 use crate::vocab::{Arch, Link};
+use crate::window::Window;
 
 /// Everything [`RankComm::new`] needs.
 pub(crate) struct RankParts {
@@ -31,6 +32,8 @@ pub(crate) struct RankParts {
     pub(crate) kernels: Arc<KernelSet>,
     pub(crate) shared: Arc<WorldShared>,
     pub(crate) nccl: Option<NcclComm>,
+    /// The rank's NCCL window, registered with its peers' (`None`: none).
+    pub(crate) window: Option<Window>,
     pub(crate) membership: Option<Membership>,
     pub(crate) selector: Selector,
     pub(crate) options: Options,
@@ -85,6 +88,7 @@ impl RankComm {
             kernels,
             shared,
             nccl,
+            window,
             membership,
             selector,
             options,
@@ -109,6 +113,10 @@ impl RankComm {
                 kernels,
                 shared,
                 nccl,
+                windows: RankWindows {
+                    staging: window,
+                    engine: Mutex::default(),
+                },
                 membership: Mutex::new(membership),
                 health,
                 options,

@@ -16,6 +16,40 @@ use crate::error::{Error, Result};
 use crate::module::KernelSet;
 use crate::nccl::{Ended, NcclComm};
 use crate::protocol::layout::Capacities;
+use crate::window::Window;
+
+/// A rank's NCCL windows.
+#[derive(Debug, Default)]
+pub(crate) struct RankWindows {
+    /// The window calls copy through when their tensors lie outside every
+    /// window.
+    pub(crate) staging: Option<Window>,
+    /// Windows the engine allocated, for tensors NCCL reads and writes in
+    /// place.
+    pub(crate) engine: Mutex<Vec<Window>>,
+}
+
+impl RankWindows {
+    /// Whether `[ptr, ptr + len)` lies inside one of the engine's windows.
+    pub(crate) fn engine_holds(&self, ptr: u64, len: u64) -> bool {
+        self.engine
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|w| w.memory.holds(ptr, len))
+    }
+
+    /// Never frees any of them (kernels that will not end may use them).
+    fn leak(&mut self) {
+        if let Some(window) = self.staging.take() {
+            window.memory.leak();
+        }
+        let engine = std::mem::take(self.engine.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for window in engine {
+            window.memory.leak();
+        }
+    }
+}
 
 /// What all ranks of a world share.
 pub(crate) struct WorldShared {
@@ -23,6 +57,9 @@ pub(crate) struct WorldShared {
     pub(crate) caps: Capacities,
     pub(crate) peer_access: bool,
     pub(crate) fallback: Fallback,
+    /// Bytes of every rank's NCCL window, the same on all ranks (0: the
+    /// world has none, and `nccl_symmetric` declines).
+    pub(crate) window_bytes: u64,
 }
 
 /// Everything a rank's queued or captured GPU work uses. It lives as long as
@@ -37,6 +74,11 @@ pub(crate) struct RankResources {
     pub(crate) kernels: Arc<KernelSet>,
     pub(crate) shared: Arc<WorldShared>,
     pub(crate) nccl: Option<NcclComm>,
+    /// The NCCL window this rank copies through (`nccl_symmetric`), and the
+    /// ones handed out to the engine ([`RankComm::alloc_window`](super::RankComm::alloc_window)).
+    /// NCCL releases their registrations when it ends; their memory is freed
+    /// after that.
+    pub(crate) windows: RankWindows,
     /// A world of processes: how this rank talks to the others (the goodbye).
     pub(crate) membership: Mutex<Option<Membership>>,
     pub(crate) health: Health,
@@ -135,6 +177,7 @@ impl Drop for RankResources {
             if !drained {
                 self.shared.registration.wedge();
                 self.health.leak_mirror();
+                self.windows.leak();
             }
         }
     }

@@ -9,6 +9,7 @@ use super::rank::{RankComm, RankParts};
 use super::registration::Registration;
 use super::resources::WorldShared;
 use super::setup::{arch_of, block_size, check_world_size, launch_shape, sm_count};
+use super::symmetric::register_rank_windows;
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
 use crate::module::{self, KernelSet};
@@ -18,6 +19,7 @@ use crate::protocol::launch::{LaunchShape, Placement};
 use crate::protocol::layout::{BufferPlan, Capacities};
 use crate::selection::{self, Selector};
 use crate::vocab::{Arch, Link};
+use crate::window::Window;
 
 /// Constructors of the ranks of a world: [`World::loopback`] and
 /// [`World::devices`] build every rank of a single-process world;
@@ -75,7 +77,7 @@ impl World {
             .during("creating the ranks' streams")?;
         let contexts = vec![ctx.clone(); world_size];
         let registration = Registration::new(&contexts, &streams, plan, options.sequence_start)?;
-        let nccl = if world_size == 1 {
+        let nccl: Vec<Option<NcclComm>> = if world_size == 1 {
             NcclComm::init_all(&[ctx.ordinal() as i32], options.nccl_blocking)?
                 .into_iter()
                 .map(Some)
@@ -83,17 +85,23 @@ impl World {
         } else {
             (0..world_size).map(|_| None).collect()
         };
+        let (windows, window_bytes) = match &nccl[..] {
+            [Some(comm)] => register_rank_windows(&[(comm, &ctx)], caps.window_bytes()),
+            _ => ((0..world_size).map(|_| None).collect(), 0),
+        };
         let shared = Arc::new(WorldShared {
             registration,
             caps,
             peer_access: true,
             fallback,
+            window_bytes,
         });
         let kernel_sets = vec![kernels; world_size];
         assemble(
             streams,
             kernel_sets,
             nccl,
+            windows,
             shared,
             arch,
             link,
@@ -172,23 +180,27 @@ impl World {
         let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();
         // A collective NCCL answers with "in progress" (still connecting) is
         // bounded like the joining of a world of processes.
-        let nccl = NcclComm::init_all(&ordinals, options.nccl_blocking)?
+        let comms: Vec<NcclComm> = NcclComm::init_all(&ordinals, options.nccl_blocking)?
             .into_iter()
             .map(|mut comm| {
                 comm.set_call_bound(options.join_timeout);
-                Some(comm)
+                comm
             })
             .collect();
+        let ranks: Vec<_> = comms.iter().zip(&contexts).collect();
+        let (windows, window_bytes) = register_rank_windows(&ranks, caps.window_bytes());
         let shared = Arc::new(WorldShared {
             registration,
             caps,
             peer_access: topology.peer_access,
             fallback: Fallback::Nccl,
+            window_bytes,
         });
         assemble(
             streams,
             kernel_sets,
-            nccl,
+            comms.into_iter().map(Some).collect(),
+            windows,
             shared,
             arch,
             link,
@@ -225,6 +237,7 @@ fn assemble(
     streams: Vec<Arc<CudaStream>>,
     kernel_sets: Vec<Arc<KernelSet>>,
     nccl: Vec<Option<NcclComm>>,
+    windows: Vec<Option<Window>>,
     shared: Arc<WorldShared>,
     arch: Arch,
     link: Link,
@@ -237,8 +250,9 @@ fn assemble(
         .into_iter()
         .zip(kernel_sets)
         .zip(nccl)
+        .zip(windows)
         .enumerate()
-        .map(|(rank, ((stream, kernels), nccl))| {
+        .map(|(rank, (((stream, kernels), nccl), window))| {
             RankComm::new(RankParts {
                 rank,
                 world_size,
@@ -249,6 +263,7 @@ fn assemble(
                 kernels,
                 shared: shared.clone(),
                 nccl,
+                window,
                 membership: None,
                 selector,
                 options: options.clone(),

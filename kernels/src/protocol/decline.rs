@@ -12,7 +12,7 @@ use std::fmt;
 use super::PACK_BYTES;
 use super::layout::{BufferPlan, Capacities};
 use super::registry::{self, CustomAlgorithm, Region};
-use crate::vocab::{Algo, Collective};
+use crate::vocab::{Algo, AlgoKind, Collective};
 
 /// Why a custom algorithm declined a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,6 +28,9 @@ pub enum Decline {
     /// Larger than the registered buffers (a capacity/plan inconsistency; never
     /// expected, but checked, not assumed).
     BufferTooSmall,
+    /// The world has no NCCL window: no NCCL (a loopback world of several
+    /// ranks), an NCCL older than 2.27, or a registration NCCL refused.
+    NoWindow,
 }
 
 impl Decline {
@@ -38,6 +41,7 @@ impl Decline {
             Decline::Misaligned => "the message is not a multiple of 16 bytes (per rank)",
             Decline::NoPeerAccess => "the GPUs have no peer access to each other",
             Decline::BufferTooSmall => "the message does not fit the registered buffers",
+            Decline::NoWindow => "this world has no NCCL symmetric window",
         }
     }
 }
@@ -77,31 +81,39 @@ impl CallShape {
     }
 }
 
-/// `None` if `call.algo` (a custom algorithm) takes the call, else why not.
-/// NCCL never declines. Empty messages never reach this rule (nothing runs).
-pub fn decline(
-    call: &CallShape,
-    caps: &Capacities,
-    plan: &BufferPlan,
-    peer_access: bool,
-) -> Option<Decline> {
-    // NCCL (no registry entry) never declines.
-    let custom = call.custom?;
+/// What a world offers the algorithms that need more than NCCL: its
+/// registered buffers and whether its GPUs reach each other's memory (the
+/// custom kernels), and the bytes of its NCCL window (0: none).
+#[derive(Clone, Copy, Debug)]
+pub struct WorldOffer<'a> {
+    pub caps: &'a Capacities,
+    pub plan: &'a BufferPlan,
+    pub peer_access: bool,
+    pub window_bytes: u64,
+}
+
+/// `None` if `call.algo` takes the call, else why not. Plain NCCL never
+/// declines. Empty messages never reach this rule (nothing runs).
+pub fn decline(call: &CallShape, world: &WorldOffer) -> Option<Decline> {
+    match call.algo.kind() {
+        AlgoKind::Library => return None,
+        AlgoKind::Window | AlgoKind::Kernel => {}
+    }
     if !call.algo.implements(call.collective) {
         return Some(Decline::NotImplemented);
     }
-    if !peer_access {
+    let Some(custom) = call.custom else {
+        // NCCL on the window: the whole output lies in it.
+        return over_capacity(call, world.caps)
+            .or((call.bytes > world.window_bytes).then_some(Decline::NoWindow));
+    };
+    if !world.peer_access {
         return Some(Decline::NoPeerAccess);
     }
-    let capacity = caps.of(call.collective, call.algo);
-    let world = call.world as u32;
-    if !capacity.accepts_message(call.collective, world, call.bytes) {
-        return Some(if call.bytes > capacity.max_bytes {
-            Decline::OverCapacity
-        } else {
-            Decline::Misaligned
-        });
+    if let Some(refused) = over_capacity(call, world.caps) {
+        return Some(refused);
     }
+    let plan = world.plan;
     // Whatever a table says, the kernels move whole 16-byte packs per rank.
     let per_rank = call.bytes_per_rank;
     if call.collective == Collective::AllGather && !call.bytes.is_multiple_of(call.world as u64)
@@ -121,6 +133,18 @@ pub fn decline(
     None
 }
 
+/// The platform's capacity for the call's algorithm refuses it.
+fn over_capacity(call: &CallShape, caps: &Capacities) -> Option<Decline> {
+    let capacity = caps.of(call.collective, call.algo);
+    if capacity.accepts_message(call.collective, call.world as u32, call.bytes) {
+        None
+    } else if call.bytes > capacity.max_bytes {
+        Some(Decline::OverCapacity)
+    } else {
+        Some(Decline::Misaligned)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +159,7 @@ mod tests {
                 (_, Algo::OneShotPull) => 16 * MIB,
                 (Collective::AllReduce, Algo::TwoShotPull) => 64 * MIB,
                 (Collective::AllReduce, Algo::TwoShotPush) => 8 * MIB,
+                (_, Algo::NcclSymmetric) => 64 * MIB,
                 _ => 0,
             };
             Capacity {
@@ -144,15 +169,56 @@ mod tests {
         })
     }
 
+    /// A world with a window of 64 MiB.
+    fn offer<'a>(caps: &'a Capacities, plan: &'a BufferPlan, peer_access: bool) -> WorldOffer<'a> {
+        WorldOffer {
+            caps,
+            plan,
+            peer_access,
+            window_bytes: 64 * MIB,
+        }
+    }
+
     fn check(collective: Collective, algo: Algo, world: usize, bytes: u64) -> Option<Decline> {
         let caps = defaults();
         let plan = BufferPlan::new(&caps, world, false).unwrap();
         let call = CallShape::new(collective, algo, world, bytes);
-        decline(&call, &caps, &plan, true)
+        decline(&call, &offer(&caps, &plan, true))
     }
 
     use Algo::*;
     use Collective::*;
+
+    #[test]
+    fn nccl_on_the_window_takes_what_fits_it_and_needs_one() {
+        // Within the window, any rank count and any element count.
+        assert_eq!(check(AllReduce, NcclSymmetric, 2, 16), None);
+        assert_eq!(check(AllReduce, NcclSymmetric, 3, 64 * MIB), None);
+        assert_eq!(check(AllGather, NcclSymmetric, 8, 8 * 16), None);
+        // Past the capacity.
+        assert_eq!(
+            check(AllReduce, NcclSymmetric, 2, 64 * MIB + 16),
+            Some(Decline::OverCapacity)
+        );
+        assert_eq!(
+            check(AllReduce, NcclSymmetric, 2, 24),
+            Some(Decline::Misaligned)
+        );
+        let caps = defaults();
+        let plan = BufferPlan::new(&caps, 2, false).unwrap();
+        let call = CallShape::new(AllReduce, NcclSymmetric, 2, 4096);
+        // Peer access is NCCL's business, not the window's.
+        assert_eq!(decline(&call, &offer(&caps, &plan, false)), None);
+        // A world without a window (no NCCL, NCCL before 2.27), or one
+        // smaller than the call (a capacity the window was not sized for).
+        for window_bytes in [0, 2048] {
+            let world = WorldOffer {
+                window_bytes,
+                ..offer(&caps, &plan, true)
+            };
+            assert_eq!(decline(&call, &world), Some(Decline::NoWindow));
+        }
+    }
 
     #[test]
     fn nccl_takes_everything() {
@@ -240,7 +306,7 @@ mod tests {
     /// One call on `plan`'s buffers, with every capacity at its default.
     fn on(plan: BufferPlan, algo: Algo, collective: Collective, bytes: u64) -> Option<Decline> {
         let call = CallShape::new(collective, algo, plan.world, bytes);
-        decline(&call, &defaults(), &plan, true)
+        decline(&call, &offer(&defaults(), &plan, true))
     }
 
     #[test]
@@ -347,7 +413,7 @@ mod tests {
                 for bytes in [step, largest / 2 - (largest / 2) % step, largest] {
                     let call = CallShape::new(collective, algo, world, bytes);
                     assert_eq!(
-                        decline(&call, &caps, &plan, true),
+                        decline(&call, &offer(&caps, &plan, true)),
                         None,
                         "{world} ranks, {collective:?} {algo:?} of {bytes} bytes on {plan:?}"
                     );
@@ -363,7 +429,7 @@ mod tests {
         for algo in [OneShotPush, OneShotPull, TwoShotPull, TwoShotPush] {
             let call = CallShape::new(AllReduce, algo, 2, 64);
             assert_eq!(
-                decline(&call, &caps, &plan, false),
+                decline(&call, &offer(&caps, &plan, false)),
                 Some(Decline::NoPeerAccess)
             );
         }
@@ -382,7 +448,7 @@ mod tests {
         let plan = BufferPlan::new(&caps, 2, false).unwrap();
         let call = CallShape::new(AllReduce, OneShotPull, 2, 24);
         assert_eq!(
-            decline(&call, &caps, &plan, true),
+            decline(&call, &offer(&caps, &plan, true)),
             Some(Decline::Misaligned)
         );
     }
@@ -394,7 +460,7 @@ mod tests {
         plan.slot_bytes = 32;
         let call = CallShape::new(AllReduce, OneShotPush, 2, 48);
         assert_eq!(
-            decline(&call, &caps, &plan, true),
+            decline(&call, &offer(&caps, &plan, true)),
             Some(Decline::BufferTooSmall)
         );
     }

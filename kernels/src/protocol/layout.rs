@@ -17,7 +17,7 @@
 
 use super::registry::{self, Region};
 use super::{PACK_BYTES, PUSH_BUFFERS, STAGING_HALVES};
-use crate::vocab::{Algo, Capacity, Collective};
+use crate::vocab::{Algo, AlgoKind, Capacity, Collective};
 
 /// The capacities of the custom algorithms on one platform, one per
 /// (collective, algorithm) pair of the vocabulary.
@@ -39,11 +39,10 @@ fn index<T: PartialEq>(all: &[T], item: &T) -> usize {
 }
 
 impl Capacities {
-    /// Looks every algorithm a custom kernel implements up with `capacity_of`
-    /// (the pairs of [`registry::implemented_pairs`]).
+    /// Looks every pair of [`capacity_pairs`] up with `capacity_of`.
     pub fn from_fn(capacity_of: impl Fn(Collective, Algo) -> Capacity) -> Capacities {
         let mut by_pair = [[NONE; Algo::ALL.len()]; Collective::ALL.len()];
-        for (collective, algo) in registry::implemented_pairs() {
+        for (collective, algo) in capacity_pairs() {
             by_pair[index(&Collective::ALL, &collective)][index(&Algo::ALL, &algo)] =
                 capacity_of(collective, algo);
         }
@@ -61,6 +60,30 @@ impl Capacities {
         }
         self.by_pair[index(&Collective::ALL, &collective)][index(&Algo::ALL, &algo)]
     }
+
+    /// Bytes of the NCCL window a rank registers: the largest capacity of an
+    /// algorithm that runs NCCL on a window ([`AlgoKind::Window`]), over the
+    /// collectives (a call's output, all-gather's included, lies in it);
+    /// 0 when none has any. Rounded up to whole window granules when
+    /// allocated.
+    pub fn window_bytes(&self) -> u64 {
+        capacity_pairs()
+            .filter(|(_, algo)| algo.kind() == AlgoKind::Window)
+            .map(|(collective, algo)| self.of(collective, algo).max_bytes)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Every (collective, algorithm) pair that has a capacity: every algorithm
+/// but plain NCCL, for each collective it implements, all-reduce first.
+pub fn capacity_pairs() -> impl Iterator<Item = (Collective, Algo)> {
+    Collective::ALL.into_iter().flat_map(|collective| {
+        Algo::ALL
+            .into_iter()
+            .filter(move |a| a.is_custom() && a.implements(collective))
+            .map(move |a| (collective, a))
+    })
 }
 
 /// Largest capacity buffers are planned for (1 TiB, the schema's

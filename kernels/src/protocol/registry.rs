@@ -237,14 +237,14 @@ mod tests {
     fn every_kernel_algorithm_of_the_schema_has_one_entry() {
         for algo in Algo::ALL {
             let entries = REGISTRY.iter().filter(|e| e.algo == algo).count();
-            assert_eq!(entries, algo.is_custom() as usize, "{}", algo.name());
+            assert_eq!(entries, algo.is_kernel() as usize, "{}", algo.name());
         }
         for collective in Collective::ALL {
             let custom: Vec<Algo> = collective
                 .algos()
                 .iter()
                 .copied()
-                .filter(|a| a.is_custom())
+                .filter(|a| a.is_kernel())
                 .collect();
             let registered: Vec<Algo> = implemented_pairs()
                 .filter(|(c, _)| *c == collective)

@@ -204,11 +204,16 @@ impl Mode {
     }
 }
 
-/// Whether an algorithm is a library's collective or a kernel of this project.
+/// Whether an algorithm is a library's collective, the library's collective on
+/// a registered window, or a kernel of this project.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AlgoKind {
     /// A library's collective (NCCL): takes any size, never declines.
     Library,
+    /// The library's collective on buffers it registered as a symmetric
+    /// window when the world was built: sizes up to the window, declines to
+    /// the plain collective beyond it (or where the world has no window).
+    Window,
     /// A custom kernel of `kernels` (one registry entry and one `.cu` file).
     Kernel,
 }
@@ -316,6 +321,15 @@ algorithms! {
         collectives: [AllReduce],
         capacity: 8 * MIB,
     },
+    /// NCCL on a symmetric window (`ncclMemAlloc` + `ncclCommWindowRegister`
+    /// with `NCCL_WIN_COLL_SYMMETRIC`, NCCL 2.27 and later), which NCCL runs
+    /// with its low-latency symmetric kernels; the window is as large as the
+    /// capacity.
+    NcclSymmetric = "nccl_symmetric" {
+        kind: Window,
+        collectives: [AllReduce, AllGather],
+        capacity: 64 * MIB,
+    },
 }
 
 /// The algorithms that implement `collective`, in [`Algo::ALL`] order, and
@@ -341,8 +355,16 @@ impl Algo {
         Self::ALL.into_iter().find(|a| a.name() == name)
     }
 
-    /// True for the kernels written in this project (everything but NCCL).
+    /// True for every algorithm but plain NCCL: it has a capacity, and a call
+    /// it cannot take (too large, misaligned, a world without what it needs)
+    /// declines to NCCL.
     pub const fn is_custom(self) -> bool {
+        !matches!(self.kind(), AlgoKind::Library)
+    }
+
+    /// True for the kernels written in this project (a registry entry and a
+    /// `.cu` file each).
+    pub const fn is_kernel(self) -> bool {
         matches!(self.kind(), AlgoKind::Kernel)
     }
 
@@ -366,9 +388,10 @@ impl Algo {
 
 /// The capacity `kernels` assumes for an algorithm on a platform whose file
 /// does not declare one (or that has no file at all): the capacity of its
-/// line in [`Algo`]'s table (all-reduce: `one_shot_push` 8 MiB, `one_shot_pull`
-/// 16 MiB, `two_shot_pull` 64 MiB, `two_shot_push` 8 MiB; all-gather:
-/// `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB), aligned to 16 bytes (the
+/// line in [`Algo`]'s table (all-reduce: `nccl_symmetric` 64 MiB,
+/// `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB, `two_shot_pull` 64 MiB,
+/// `two_shot_push` 8 MiB; all-gather: `nccl_symmetric` 64 MiB, `one_shot_push`
+/// 8 MiB, `one_shot_pull` 16 MiB), aligned to 16 bytes (the
 /// kernels move 16-byte vectors). A library's collective takes any size
 /// (`max_bytes = u64::MAX`, `align = 1`); an algorithm that does not implement
 /// the collective takes nothing (`max_bytes = 0`), so `accepts` is false for
@@ -385,7 +408,7 @@ pub const fn default_capacity(collective: Collective, algo: Algo) -> Capacity {
             max_bytes: u64::MAX,
             align: 1,
         },
-        AlgoKind::Kernel => Capacity {
+        AlgoKind::Window | AlgoKind::Kernel => Capacity {
             max_bytes: algo.built_in_capacity(),
             align: DEFAULT_ALIGN,
         },

@@ -87,7 +87,7 @@ fn unknown_algorithm() {
     ));
     assert_eq!(
         d.message,
-        "unknown algorithm `ring`; expected one of: nccl, one_shot_push, one_shot_pull, two_shot_pull, two_shot_push"
+        "unknown algorithm `ring`; expected one of: nccl, one_shot_push, one_shot_pull, two_shot_pull, two_shot_push, nccl_symmetric"
     );
     assert_eq!(at(&d), (21, 27));
     assert_eq!(
@@ -111,7 +111,7 @@ fn wrong_algorithm_for_the_collective() {
     let d = only_error(&text);
     assert_eq!(
         d.message,
-        "two_shot_pull does not implement all_gather; all_gather algorithms: nccl, one_shot_push, one_shot_pull"
+        "two_shot_pull does not implement all_gather; all_gather algorithms: nccl, one_shot_push, one_shot_pull, nccl_symmetric"
     );
     assert_eq!(at(&d), (21, 27));
 }

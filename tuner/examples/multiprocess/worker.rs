@@ -269,9 +269,10 @@ pub fn leave(rank: usize, call: usize, mode: KillMode) -> ! {
 const HIDDEN: [usize; 3] = [4096, 5120, 8192];
 const BATCH: [usize; 3] = [1, 4, 16];
 
-/// Whether `ran` promises the same bits on every rank (multi-GPU NCCL does not).
+/// Whether `ran` promises the same bits on every rank (multi-GPU NCCL, on a
+/// window or not, does not).
 pub fn exact(comm: &RankComm, ran: Algo) -> bool {
-    !(ran == Algo::Nccl && comm.fallback_kind() == Fallback::Nccl && comm.world_size() > 1)
+    !(!ran.is_kernel() && comm.fallback_kind() == Fallback::Nccl && comm.world_size() > 1)
 }
 
 /// FNV-1a of a result's bits.

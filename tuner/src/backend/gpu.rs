@@ -104,6 +104,7 @@ impl GpuBackend {
         };
         let context = kernels::open_device(0).map_err(|e| OpenError::NoGpu(e.to_string()))?;
         let info = timing::gpu_stack(&context).map_err(|e| OpenError::Other(e.to_string()))?;
+        let windows = !loopback && windows_supported(info.nccl_version.as_deref());
         let platform = PlatformDesc {
             arch: first.arch,
             link,
@@ -113,7 +114,7 @@ impl GpuBackend {
             cuda: Some(info.cuda_version),
             nccl: info.nccl_version,
             host: host_name(),
-            capacities: capacities(first.arch, link),
+            capacities: capacities(first.arch, link, windows),
         };
         Ok(GpuBackend {
             topology,
@@ -303,12 +304,24 @@ fn world_sizes_up_to(count: usize) -> Vec<u32> {
     sizes
 }
 
-/// What `policy` (and so `kernels`) gives each custom algorithm here.
-fn capacities(arch: policy::Arch, link: Link) -> Vec<CapacityEntry> {
+/// Whether NCCL `version` ("2.28.3") has symmetric windows (2.27 and later).
+fn windows_supported(version: Option<&str>) -> bool {
+    let Some(version) = version else {
+        return false;
+    };
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (2, 27)
+}
+
+/// What `policy` (and so `kernels`) gives each custom algorithm here. NCCL
+/// on a window is a candidate only where NCCL runs and has windows (never
+/// in a loopback world of several ranks, where NCCL refuses to run).
+fn capacities(arch: policy::Arch, link: Link, windows: bool) -> Vec<CapacityEntry> {
     let mut entries = Vec::new();
     for collective in Collective::ALL {
         for &algo in collective.algos() {
-            if algo.is_custom() {
+            if algo.is_custom() && (windows || algo.kind() != policy::AlgoKind::Window) {
                 entries.push(CapacityEntry {
                     collective,
                     algo,
@@ -330,6 +343,30 @@ fn host_name() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_need_nccl_2_27() {
+        assert!(windows_supported(Some("2.28.3")));
+        assert!(windows_supported(Some("2.27.0")));
+        assert!(windows_supported(Some("3.0.1")));
+        assert!(!windows_supported(Some("2.26.5")));
+        assert!(!windows_supported(Some("garbage")));
+        assert!(!windows_supported(None));
+    }
+
+    #[test]
+    fn nccl_on_a_window_is_a_candidate_only_where_windows_run() {
+        let has = |windows| {
+            capacities(policy::Arch::SM90, Link::NvLink, windows)
+                .iter()
+                .any(|c| c.algo == Algo::NcclSymmetric)
+        };
+        assert!(has(true));
+        assert!(!has(false));
+        // The kernels are candidates either way.
+        let kernels = capacities(policy::Arch::SM90, Link::NvLink, false);
+        assert!(kernels.iter().any(|c| c.algo == Algo::OneShotPush));
+    }
 
     #[test]
     fn world_sizes_cover_powers_of_two_and_the_machine() {

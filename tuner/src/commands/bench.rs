@@ -50,8 +50,8 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "graph,eager", value_parser = mode)]
     modes: Vec<Mode>,
     /// Comma-separated algorithms: nccl, one_shot_push, one_shot_pull,
-    /// two_shot_pull, two_shot_push (default: all of the collective's, NCCL
-    /// included).
+    /// two_shot_pull, two_shot_push, nccl_symmetric (default: all of the
+    /// collective's, both NCCL variants included).
     #[arg(long, value_delimiter = ',', value_parser = algo)]
     algos: Option<Vec<Algo>>,
     /// Timed calls per sample (default: 20, fewer for large messages).
@@ -221,10 +221,49 @@ fn write_rows(path: &std::path::Path, text: &str, out: &mut dyn Write) -> Result
     }
 }
 
-/// The console line of `row`; `earlier` rows give the NCCL baseline.
+/// The median of the fastest row among `rows` of `row`'s configuration
+/// (collective, dtype, mode, size) whose algorithm `counts`.
+fn fastest_of<'a>(
+    rows: impl Iterator<Item = &'a Row>,
+    row: &Row,
+    counts: impl Fn(Algo) -> bool,
+) -> Option<f64> {
+    rows.filter(|r| {
+        counts(r.algo)
+            && (r.collective, r.dtype, r.mode, r.bytes)
+                == (row.collective, row.dtype, row.mode, row.bytes)
+    })
+    .filter_map(|r| match r.outcome {
+        Outcome::Timed { median, .. } => Some(median),
+        _ => None,
+    })
+    .min_by(f64::total_cmp)
+}
+
+/// The baselines of `row` among `rows`: the faster of NCCL's two variants
+/// (plain and on a symmetric window), and plain NCCL alone.
+fn baselines<'a>(
+    rows: impl Iterator<Item = &'a Row> + Clone,
+    row: &Row,
+) -> (Option<f64>, Option<f64>) {
+    (
+        fastest_of(rows.clone(), row, |a| !a.is_kernel()),
+        fastest_of(rows, row, |a| a == Algo::Nccl),
+    )
+}
+
+/// `baseline / median` as `1.23x`, or `-`.
+fn ratio(baseline: Option<f64>, median: f64) -> String {
+    baseline
+        .map(|b| format!("{:.2}x", b / median))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// The console line of `row`; `earlier` rows (both NCCL variants of a
+/// configuration are timed before its kernels) give the baselines.
 fn row_line(row: &Row, world: usize, earlier: &[Row]) -> String {
     let head = format!(
-        "{:<10} {:<4} {:<5} {:>8} {:<13}",
+        "{:<10} {:<4} {:<5} {:>8} {:<14}",
         row.collective.name(),
         row.dtype.name(),
         row.mode.name(),
@@ -236,33 +275,28 @@ fn row_line(row: &Row, world: usize, earlier: &[Row]) -> String {
             median, p10, p90, ..
         } => {
             let busbw = busbw_gbps(row.collective, world as u32, row.bytes, *median);
-            let baseline =
-                earlier
-                    .iter()
-                    .chain(std::iter::once(row))
-                    .find_map(|r| match r.outcome {
-                        Outcome::Timed { median, .. }
-                            if r.algo == Algo::Nccl
-                                && (r.collective, r.dtype, r.mode, r.bytes)
-                                    == (row.collective, row.dtype, row.mode, row.bytes) =>
-                        {
-                            Some(median)
-                        }
-                        _ => None,
-                    });
-            let ratio = baseline
-                .map(|b| format!("{:.2}x", b / median))
-                .unwrap_or_else(|| "-".into());
-            format!("{head} {median:>10.2} {p10:>10.2} {p90:>10.2} {busbw:>10.2} {ratio:>8}")
+            let (best, plain) = baselines(earlier.iter().chain(std::iter::once(row)), row);
+            format!(
+                "{head} {median:>10.2} {p10:>10.2} {p90:>10.2} {busbw:>10.2} {:>8} {:>8}",
+                ratio(best, *median),
+                ratio(plain, *median)
+            )
         }
         Outcome::Declined(reason) => format!("{head} declined: {reason}"),
         Outcome::Failed(e) => format!("{head} FAILED: {e}"),
     }
 }
 
+/// The order a configuration's algorithms are timed in: NCCL's variants
+/// first, so every kernel's line can show its ratio to both.
+fn timing_order(mut algos: Vec<Algo>) -> Vec<Algo> {
+    algos.sort_by_key(|a| a.is_kernel());
+    algos
+}
+
 fn csv(rows: &[Row], world: usize, loopback: bool) -> String {
     let mut out = String::from(
-        "collective,dtype,mode,world,world_kind,bytes,algo,status,median_us,p10_us,p90_us,algbw_gbps,busbw_gbps,verified\n",
+        "collective,dtype,mode,world,world_kind,bytes,algo,status,median_us,p10_us,p90_us,algbw_gbps,busbw_gbps,verified,vs_nccl,vs_plain_nccl\n",
     );
     let kind = if loopback { "loopback" } else { "devices" };
     for r in rows {
@@ -285,13 +319,18 @@ fn csv(rows: &[Row], world: usize, loopback: bool) -> String {
                     algbw_gbps(r.bytes, *median),
                     busbw_gbps(r.collective, world as u32, r.bytes, *median),
                 );
+                let (best, plain) = baselines(rows.iter(), r);
+                let of =
+                    |b: Option<f64>| b.map(|b| format!("{:.3}", b / median)).unwrap_or_default();
                 writeln!(
                     out,
-                    "{prefix},ok,{median:.3},{p10:.3},{p90:.3},{algbw:.3},{busbw:.3},{verified}"
+                    "{prefix},ok,{median:.3},{p10:.3},{p90:.3},{algbw:.3},{busbw:.3},{verified},{},{}",
+                    of(best),
+                    of(plain)
                 )
             }
-            Outcome::Declined(_) => writeln!(out, "{prefix},declined,,,,,,"),
-            Outcome::Failed(_) => writeln!(out, "{prefix},failed,,,,,,"),
+            Outcome::Declined(_) => writeln!(out, "{prefix},declined,,,,,,,,"),
+            Outcome::Failed(_) => writeln!(out, "{prefix},failed,,,,,,,,"),
         };
     }
     out
@@ -391,6 +430,7 @@ mod gpu {
                     .collect(),
                 None => collective.algos().to_vec(),
             };
+            let algos = super::timing_order(algos);
             for &dtype in dtypes {
                 for &mode in modes {
                     for &bytes in sizes {
@@ -577,7 +617,7 @@ mod gpu {
         };
         let _ = writeln!(
             text,
-            "{:<10} {:<4} {:<5} {:>8} {:<13} {:>10} {:>10} {:>10} {:>10} {:>8}",
+            "{:<10} {:<4} {:<5} {:>8} {:<14} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}",
             "collective",
             "type",
             "mode",
@@ -587,7 +627,13 @@ mod gpu {
             "p10_us",
             "p90_us",
             "busbw_GBs",
-            "vs_nccl"
+            "vs_nccl",
+            "vs_plain"
+        );
+        let _ = writeln!(
+            text,
+            "vs_nccl: the faster of plain NCCL and NCCL on its symmetric window (nccl_symmetric) \
+             over this row; vs_plain: plain NCCL over this row"
         );
         text
     }
