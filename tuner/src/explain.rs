@@ -267,7 +267,7 @@ impl Explanation {
                 }
             );
         }
-        if self.runs.is_custom() && q.link == policy::Link::Pcie {
+        if self.runs.is_kernel() && q.link == policy::Link::Pcie {
             let _ = writeln!(
                 out,
                 "note: over PCIe the kernels also decline when the GPUs have no peer access to each other, which only the GPUs can tell"
