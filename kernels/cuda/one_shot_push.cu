@@ -35,6 +35,14 @@ template <int W, typename E, bool REDUCE>
 __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
     dependent_launch_prologue();
     const int UNROLL = World<W>::UNROLL;
+    // This rank's control block, taken from the arguments first: thread 0's
+    // call-state loads (begin_call) need it, and with it known this early the
+    // compiler issues them before the first step's input loads below, so the
+    // two latencies overlap. Taken where begin_call needs it, it was read only
+    // after the input loads, and on sm_90 thread 0 issued its state loads
+    // once its input had arrived (without_sentinel waits for it): two memory
+    // latencies in a row before the block's barrier.
+    u32* const ctrl = ctrl_of(a, a.rank);
     const u64 packs = a.bytes / 16u;
     const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
@@ -46,16 +54,20 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
     // in flight while thread 0 reads the state.
     Pack v[UNROLL];
     load_step(Step{first, stride, packs}, v, input);
-    const CallState& state = begin_call(ctrl_of(a, a.rank));
+    const CallState& state = begin_call(ctrl);
     if (state.poisoned) {
         poison_output(a, !REDUCE, first, stride);
         return;
     }
-    save_push_state(ctrl_of(a, a.rank), state, a.bytes);
+    save_push_state(ctrl, state, a.bytes);
     // Block 0 tells every peer what it calls before its data goes out.
     const u32 shake = lamport_handshake_peer<W>(a);
     if (shake != CT_NO_PEER) handshake_send(a, shake, state.calls);
-    const u64 buffer = (u64)state.push_phase * World<W>::size(a) * a.slot_bytes;
+    // This call's push buffer and the previous call's, which step 2 re-arms,
+    // worked out before the pushes (see rearm_previous).
+    const u32 phase = state.push_phase;
+    const u32 rearm = previous_buffer(phase);
+    const u64 buffer = (u64)phase * World<W>::size(a) * a.slot_bytes;
     const u64 my_slot = buffer + (u64)a.rank * a.slot_bytes;
 
     // 1. Push this rank's data into slot `rank` of buffer `phase` of every peer.
@@ -68,7 +80,7 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
     }
     // 2. Re-arm the previous call's buffer while the pushes cross the link
     //    (they are posted stores), so the local writes overlap the transfer.
-    rearm_previous<W>(a, state, first, stride);
+    rearm_previous<W>(a, state, rearm, first, stride);
 
     // 3. Receive: the same thread handles the same packs as in step 1. The
     //    peer's call is checked before any wait for data: a peer making

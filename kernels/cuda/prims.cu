@@ -292,13 +292,21 @@ __device__ __forceinline__ void store_result(const CollArgs& a, u64 i, const Pac
     }
 }
 
-// Re-arms the peer slots of this rank's push buffer that the push-family call
-// before this one used, buffer (phase + 2) % 3, as far as it used them (why
-// nobody writes there meanwhile: one_shot_push.cu). Grid-stride over the
-// packs, so the local stores overlap this call's transfers.
+// The push buffer the push-family call before this one used, for a call
+// through buffer `phase` (calls take the three buffers in turn).
+__device__ __forceinline__ u32 previous_buffer(u32 phase) { return (phase + 2u) % 3u; }
+
+// Re-arms the peer slots of this rank's push buffer `rearm`, the one the
+// push-family call before this one used (previous_buffer(state.push_phase)),
+// as far as it used them (why nobody writes there meanwhile:
+// one_shot_push.cu). Grid-stride over the packs, so the local stores overlap
+// this call's transfers. The caller passes the buffer so that it can work it
+// out before its pushes: read from the shared call state after them, the
+// phase is loaded again (every push is an asm with a memory clobber), one
+// shared-memory latency more before the re-arm stores and the receive step.
 template <int W>
-__device__ __forceinline__ void rearm_previous(const CollArgs& a, const CallState& state, u64 first, u64 stride) {
-    const u32 rearm = (state.push_phase + 2u) % 3u;
+__device__ __forceinline__ void rearm_previous(const CollArgs& a, const CallState& state, u32 rearm, u64 first,
+                                               u64 stride) {
     const u64 buffer_bytes = (u64)World<W>::size(a) * a.slot_bytes;
     const u64 used_packs = (u64)state.used_bytes(rearm) / 16u;
     char* stale = (char*)a.push_bufs[a.rank] + (u64)rearm * buffer_bytes;

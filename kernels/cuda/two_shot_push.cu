@@ -71,7 +71,7 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
     const u32 shake = lamport_handshake_peer<W>(a);
     if (shake != CT_NO_PEER) handshake_send(a, shake, state.calls);
     // 2. Re-arm the previous push-family call's buffer.
-    rearm_previous<W>(a, state, first, stride);
+    rearm_previous<W>(a, state, previous_buffer(state.push_phase), first, stride);
 
     // 3. Reduce shard `rank` as its copies land; send the sum to every peer.
     //    The peer's call is checked before any wait for data (see one_shot_push.cu).
