@@ -683,16 +683,46 @@ impl NcclComm {
     /// every process calls this together. Registration is collective: it is
     /// waited out against each communicator's call bound. Never called while
     /// a stream is being captured (NCCL would have to synchronise).
+    ///
+    /// On an error the memory is leaked, never freed: NCCL may hold some of
+    /// it registered until the communicator ends.
     pub(crate) fn register_windows(
         ranks: &[(&NcclComm, &Arc<CudaContext>)],
         memory: Vec<crate::window::WindowMemory>,
     ) -> Result<Vec<crate::window::Window>> {
+        match Self::register_in_group(ranks, &memory) {
+            // NCCL keeps the registrations (its handles are needed only to
+            // deregister, which ending the communicator does).
+            Ok(()) => Ok(memory
+                .into_iter()
+                .map(|memory| crate::window::Window { memory })
+                .collect()),
+            Err(e) => {
+                memory
+                    .into_iter()
+                    .for_each(crate::window::WindowMemory::leak);
+                Err(e)
+            }
+        }
+    }
+
+    fn register_in_group(
+        ranks: &[(&NcclComm, &Arc<CudaContext>)],
+        memory: &[crate::window::WindowMemory],
+    ) -> Result<()> {
+        if ranks.len() != memory.len() {
+            return Err(Error::Mismatch(format!(
+                "{} windows for {} ranks",
+                memory.len(),
+                ranks.len()
+            )));
+        }
         let api = crate::window::api().map_err(Error::Unsupported)?;
         let mut handles = vec![std::ptr::null_mut(); ranks.len()];
         // SAFETY: opens a group; closed below on every path.
         check("ncclGroupStart", unsafe { sys::ncclGroupStart() })?;
         let mut issued = Ok(());
-        for (((comm, ctx), area), handle) in ranks.iter().zip(&memory).zip(&mut handles) {
+        for (((comm, ctx), area), handle) in ranks.iter().zip(memory).zip(&mut handles) {
             let step = comm.live("ncclCommWindowRegister").and_then(|raw| {
                 ctx.bind_to_thread()
                     .map_err(|e| Error::driver("binding a context for NCCL", e))?;
@@ -729,12 +759,7 @@ impl NcclComm {
                 });
             }
         }
-        // NCCL keeps the registrations (its handles are needed only to
-        // deregister, which ending the communicator does).
-        Ok(memory
-            .into_iter()
-            .map(|memory| crate::window::Window { memory })
-            .collect())
+        Ok(())
     }
 
     /// An error NCCL detected asynchronously (e.g. a failed peer), if any.

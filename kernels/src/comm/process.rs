@@ -252,7 +252,8 @@ pub(crate) fn build(
                 announce(
                     rank,
                     &options,
-                    "the ranks registered NCCL windows of different sizes (or some none);                      nccl_symmetric declines to plain NCCL",
+                    "the ranks registered NCCL windows of different sizes (or some none); \
+                     nccl_symmetric declines to plain NCCL",
                 );
             }
             // A registered window is kept until NCCL ends even when unused.

@@ -30,13 +30,11 @@ pub(crate) struct RankWindows {
 }
 
 impl RankWindows {
-    /// Whether `[ptr, ptr + len)` lies inside one of the engine's windows.
-    pub(crate) fn engine_holds(&self, ptr: u64, len: u64) -> bool {
-        self.engine
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|w| w.memory.holds(ptr, len))
+    /// For each `(ptr, len)`, whether it lies inside one of the engine's
+    /// windows (one lock for the whole call).
+    pub(crate) fn engine_holds<const N: usize>(&self, ranges: [(u64, u64); N]) -> [bool; N] {
+        let engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        ranges.map(|(ptr, len)| engine.iter().any(|w| w.memory.holds(ptr, len)))
     }
 
     /// Never frees any of them (kernels that will not end may use them).
@@ -86,6 +84,14 @@ pub(crate) struct RankResources {
 }
 
 impl RankResources {
+    /// The rank's NCCL communicator, where NCCL runs this world's calls.
+    pub(crate) fn nccl_comm(&self) -> Option<&NcclComm> {
+        match self.shared.fallback {
+            Fallback::Nccl => self.nccl.as_ref(),
+            Fallback::LoopbackReference => None,
+        }
+    }
+
     pub(crate) fn known_fault(&self) -> Result<()> {
         self.health.check()?;
         if let Some(nccl) = &self.nccl

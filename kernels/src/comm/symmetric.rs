@@ -14,7 +14,6 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
 use super::capture::Lifeline;
-use super::options::Fallback;
 use super::rank::RankComm;
 use crate::algorithms::Call;
 use crate::element::Element;
@@ -59,14 +58,10 @@ impl RankComm {
     /// Runs `call` with NCCL on windows: in place when its tensors lie in
     /// the engine's windows, else through the rank's own window.
     pub(super) fn run_on_window(&self, call: &Call) -> Result<()> {
-        let nccl = match (self.res.shared.fallback, &self.res.nccl) {
-            (Fallback::Nccl, Some(nccl)) => nccl,
-            _ => {
-                return Err(Error::Unsupported(
-                    "this world has no NCCL communicator".into(),
-                ));
-            }
-        };
+        let nccl = self
+            .res
+            .nccl_comm()
+            .ok_or_else(|| Error::Unsupported("this world has no NCCL communicator".into()))?;
         let staging = self
             .res
             .windows
@@ -82,9 +77,10 @@ impl RankComm {
         let count = (call.bytes_per_rank / element) as usize;
         let share = call.bytes_per_rank;
         let output_bytes = call.collective.output_size(self.world_size as u64, share);
-        let windows = &self.res.windows;
-        let input_in = windows.engine_holds(call.input, share);
-        let output_in = windows.engine_holds(call.output, output_bytes);
+        let [input_in, output_in] = self
+            .res
+            .windows
+            .engine_holds([(call.input, share), (call.output, output_bytes)]);
         // Where this rank's contribution sits for an in-place call on `base`.
         let own_slot = |base: u64| match call.collective {
             Collective::AllReduce => base,
@@ -150,15 +146,11 @@ impl RankComm {
                     .into(),
             ));
         }
-        let nccl = match (self.res.shared.fallback, &self.res.nccl) {
-            (Fallback::Nccl, Some(nccl)) => nccl,
-            _ => {
-                return Err(Error::Unsupported(
-                    "alloc_window in a world without NCCL (a loopback world of several ranks)"
-                        .into(),
-                ));
-            }
-        };
+        let nccl = self.res.nccl_comm().ok_or_else(|| {
+            Error::Unsupported(
+                "alloc_window in a world without NCCL (a loopback world of several ranks)".into(),
+            )
+        })?;
         let bytes = (len as u64)
             .checked_mul(std::mem::size_of::<T>() as u64)
             .filter(|&b| b > 0)
