@@ -41,9 +41,10 @@ __device__ __forceinline__ void one_shot_pull(const CollArgs& a) {
     // dealing for this kernel, which pays a barrier in every block with work).
     const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
+    const UnitOutputs outputs = one_shot_outputs(a, !REDUCE);
     const CallState& state = begin_call(ctrl_of(a, a.rank));
     if (state.poisoned) {
-        poison_output(a, !REDUCE, first, stride);
+        mark_failed(a, outputs, first, stride);
         return;
     }
     save_pull_state(ctrl_of(a, a.rank), state, 1u, 1u);
@@ -59,10 +60,10 @@ __device__ __forceinline__ void one_shot_pull(const CollArgs& a) {
         use_step(s, v, [&](u64 i, const Pack& p) { st_pack((char*)staged(a.rank, i), p); });
     }
 
-    // 2. Barrier (block 0: with the call handshake).
+    // 2. Barrier, with the call handshake.
     if (!block_has_work<W>(a, packs)) return;
-    if (!block_barrier<W>(a, state.seq + 1u, CT_KERNEL_ONE_SHOT_PULL, CT_PHASE_BARRIER_1, blockIdx.x == 0, state.calls)) {
-        poison_output(a, !REDUCE, first, stride);
+    if (!block_barrier<W>(a, state.seq + 1u, CT_KERNEL_ONE_SHOT_PULL, CT_PHASE_BARRIER_1, true, state.calls)) {
+        mark_failed(a, outputs, first, stride);
         return;
     }
     // 3. Read every rank's half.

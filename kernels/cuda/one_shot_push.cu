@@ -54,15 +54,18 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
     // in flight while thread 0 reads the state.
     Pack v[UNROLL];
     load_step(Step{first, stride, packs}, v, input);
+    const UnitOutputs outputs = one_shot_outputs(a, !REDUCE);
     const CallState& state = begin_call(ctrl);
     if (state.poisoned) {
-        poison_output(a, !REDUCE, first, stride);
+        mark_failed(a, outputs, first, stride);
         return;
     }
     save_push_state(ctrl, state, a.bytes);
-    // Block 0 tells every peer what it calls before its data goes out.
-    const u32 shake = lamport_handshake_peer<W>(a);
-    if (shake != CT_NO_PEER) handshake_send(a, shake, state.calls);
+    // Block 0 tells every peer what it calls before its data goes out; every
+    // block with work checks what they call.
+    const bool has_work = block_has_work<W>(a, packs);
+    const u32 shake = lamport_handshake_peer<W>(a, has_work);
+    if (shake != CT_NO_PEER && blockIdx.x == 0u) handshake_send(a, shake, state.calls);
     // This call's push buffer and the previous call's, which step 2 re-arms,
     // worked out before the pushes (see rearm_previous).
     const u32 phase = state.push_phase;
@@ -94,7 +97,7 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
                                            [&](u64 i, const Pack (&r)[World<W>::SLOTS]) {
                                                store_result<W, E, REDUCE>(a, i, r);
                                            });
-    if (!ok) poison_output(a, !REDUCE, first, stride);
+    if (has_work) finish_block(a, outputs, ok, first, stride);
 }
 
 CT_KERNEL colltune_one_shot_push_all_reduce_bf16(const CollArgs a) { one_shot_push<kWorld, Bf16, true>(a); }

@@ -146,31 +146,70 @@ __device__ __forceinline__ void save_pull_state(u32* ctrl, const CallState& s, u
 // Outputs of failed calls
 // ---------------------------------------------------------------------------
 
-// Fills this thread's share (packs first, first + stride, ...) of the call's
-// output with all-ones bits, a NaN in every supported dtype. A call that
-// failed (or a later one, on a rank that had already failed) must not leave
-// stale values that look like results: the host returns an error for every
-// call it issues once it knows of the fault, and this covers the calls that
-// were already queued when the fault happened. A kernel of a poisoned rank
-// fills every thread's share, so the whole output; a thread that failed during
-// a call fills its own share, at least its own units of the first rank slot or
-// shard, which no other thread writes. Not inlined (the cold path) and on
-// scalars (see report_fault_words).
-__device__ __noinline__ void poison_bytes(char* out, u64 out_bytes, bool aligned, u64 first, u64 stride) {
-    if (aligned && out_bytes % 16u == 0u) {
-        Pack nan;
+// A failed call leaves no word of its output that looks like a result: the
+// words it did not compute, and every word of a call that failed before its
+// data could be trusted (a mismatched call, a peer that never arrived, a rank
+// already poisoned), are set to all-ones bits, a NaN in every dtype. The host
+// returns an error for every call it issues once it knows of the fault; this
+// covers the calls that were already queued, and the failing call itself.
+//
+// Marking follows each kernel's own layout: a thread marks the output words of
+// its own units (the words it would have stored), so the threads of a block
+// together mark the block's whole share, and every thread of a grid together
+// the whole output. A unit stands for `shares` output packs, pack
+// s * share_packs + i of share s, those below total_packs:
+// - one-shot all-reduce: one pack (shares 1);
+// - one-shot all-gather: pack i of every rank's share (shares = world,
+//   share_packs = the packs of one share);
+// - two-shot: pack i of every shard (shares = world, share_packs = the shard).
+// Packs are stored through st_io, so a view that is not 16-byte aligned is
+// marked in 16-bit halves, all of it. Not inlined (the cold path), on scalars.
+struct UnitOutputs {
+    u64 units;        // units of the call (a thread takes first, first + stride, ...)
+    u32 shares;       // output packs per unit
+    u64 share_packs;  // distance between them, in packs
+    u64 total_packs;  // packs of the whole output
+};
+
+__device__ __noinline__ void mark_failed_units(char* out, bool aligned, u64 first, u64 stride, u64 units,
+                                               u32 shares, u64 share_packs, u64 total_packs) {
+    Pack nan;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) nan.w[k] = 0xffffffffu;
-        for (u64 i = first; i < out_bytes / 16u; i += stride) st_pack(out + i * 16u, nan);
-    } else {
-        u16* halves = (u16*)out;
-        for (u64 i = first; i < out_bytes / 2u; i += stride) halves[i] = 0xffffu;
-    }
+    for (int k = 0; k < 4; ++k) nan.w[k] = 0xffffffffu;
+    for (u64 i = first; i < units; i += stride)
+        for (u32 s = 0; s < shares; ++s) {
+            const u64 pack = (u64)s * share_packs + i;
+            if (pack < total_packs) st_io(out + pack * 16u, nan, aligned);
+        }
 }
 
-// The output of a call holds one share of `bytes` per rank when `gather`.
-__device__ __forceinline__ void poison_output(const CollArgs& a, bool gather, u64 first, u64 stride) {
-    poison_bytes((char*)a.output, gather ? (u64)a.world * a.bytes : a.bytes, a.io_aligned != 0u, first, stride);
+__device__ __forceinline__ void mark_failed(const CollArgs& a, const UnitOutputs& u, u64 first, u64 stride) {
+    mark_failed_units((char*)a.output, a.io_aligned != 0u, first, stride, u.units, u.shares, u.share_packs,
+                      u.total_packs);
+}
+
+// The one-shot layout: unit i is pack i of the output, or of every share.
+__device__ __forceinline__ UnitOutputs one_shot_outputs(const CollArgs& a, bool gather) {
+    const u64 packs = a.bytes / 16u;
+    return UnitOutputs{packs, gather ? a.world : 1u, packs, gather ? (u64)a.world * packs : packs};
+}
+
+// The two-shot layout: unit j is pack j of every shard.
+__device__ __forceinline__ UnitOutputs two_shot_outputs(const CollArgs& a, u64 shard) {
+    return UnitOutputs{shard, a.world, shard, a.bytes / 16u};
+}
+
+// The end of a block's part of a call: whether every thread of the block
+// finished it (`ok`: its waits ended in data, its handshake agreed). If any
+// did not, every thread marks the output of its units, so the block's whole
+// share is marked, not only the words of the threads that saw the fault: a
+// block's words computed before a peer's mismatch was seen are not results.
+// Only for blocks with units: a barrier every thread of the block reaches.
+__device__ __forceinline__ bool finish_block(const CollArgs& a, const UnitOutputs& u, bool ok, u64 first,
+                                             u64 stride) {
+    if (__syncthreads_and(ok)) return true;
+    mark_failed(a, u, first, stride);
+    return false;
 }
 
 // ---------------------------------------------------------------------------
@@ -475,19 +514,26 @@ __device__ __forceinline__ void store_shards(const CollArgs& a, const Step& st, 
 // dtype, size). A rank that does not would otherwise read a peer's data as if
 // it were its own call's (garbage), or wait for data that never comes (a bare
 // timeout). So block 0 of every call (block 0 always has work) tells each peer
-// what it is calling, and checks what each peer calls in the same slot: one
-// thread per peer stores this rank's mailbox value into slot `rank` of the
-// peer's mailbox and checks the peer's slot of its own. In the barrier
-// algorithms that is barrier thread t, for peer t, inside the first barrier;
-// in the Lamport algorithms it is one of block 0's last `world` threads,
-// which small messages give no data (so no data waits behind the check), and
-// it checks before any wait for data.
+// what it is calling: one thread per peer stores this rank's mailbox value
+// into slot `rank` of the peer's mailbox. And every block with work checks
+// what each peer calls, reading the peer's slot of its own rank's mailbox
+// (local memory), so no block's output rests on a peer's data unchecked: in
+// the barrier algorithms that is barrier thread t, for peer t, inside the
+// first barrier; in the Lamport algorithms it is one of the block's last
+// `world` threads, which small messages give no data (so no data waits behind
+// the check), and it checks before any wait for data; either way the block
+// learns the verdict before it ends (finish_block), and marks its share if
+// the calls differ.
 //
 // A mailbox value is the call signature the host computed (protocol::
 // signature: algorithm, collective, dtype, bytes, with a bit that makes it
-// non-zero) with the low 8 bits of block 0's call count on top. Peers are
-// never more than one call apart in block 0 (a rank's block 0 finishes call
-// k only after seeing every peer's value of call k), so 8 bits tell the
+// non-zero) with the low 8 bits of the block's call count on top (every
+// block of a rank counts every call, so all blocks agree on it). While any
+// block of this rank runs call k, every peer has sent its value of call k - 1
+// at least (this rank's block 0 finished call k - 1 only after seeing it) and
+// at most of call k + 1 (a peer finishes call k only after its block 0 saw
+// this rank's value of call k; it cannot finish call k + 1 before this rank
+// sends its value of call k + 1, in the next kernel). So 8 bits tell the
 // previous, the same and the next call apart: an older value has not arrived
 // yet; a newer one means the peer finished this call, which it could only do
 // after checking this rank's value of it, so the two were equal.
@@ -505,12 +551,13 @@ __device__ __forceinline__ u64* mailbox_slot(const CollArgs& a, u32 owner, u32 s
 }
 
 // The peer this thread handshakes with in a Lamport algorithm: thread
-// blockDim - world + p of block 0 takes peer p (every block has at least
-// CT_MAX_WORLD threads: protocol::launch). CT_NO_PEER for every other thread.
+// blockDim - world + p of a block with work takes peer p (every block has at
+// least CT_MAX_WORLD threads: protocol::launch); block 0's also sends this
+// rank's value to it. CT_NO_PEER for every other thread.
 template <int W>
-__device__ __forceinline__ u32 lamport_handshake_peer(const CollArgs& a) {
+__device__ __forceinline__ u32 lamport_handshake_peer(const CollArgs& a, bool has_work) {
     const u32 world = World<W>::size(a);
-    if (blockIdx.x != 0 || world < 2u || threadIdx.x < blockDim.x - world) return CT_NO_PEER;
+    if (!has_work || world < 2u || threadIdx.x < blockDim.x - world) return CT_NO_PEER;
     const u32 peer = threadIdx.x - (blockDim.x - world);
     return peer == a.rank ? CT_NO_PEER : peer;
 }
@@ -578,12 +625,12 @@ __device__ __forceinline__ u64* barrier_flag(const CollArgs& a, u32 owner, u32 b
 // reset and a fast peer that already signalled a later barrier still satisfies
 // this one (flag_reached).
 //
-// `handshake` (block 0's first barrier of a call, `calls` its count): thread t
-// also sends this call's mailbox value before its flag (so the flag's release
-// publishes it) and checks the peer's while it spins, reading both with one
-// round of loads: a mismatch is seen even when the peer, making another kind of
-// call, never signals this barrier. Returns false in every thread of the block
-// if the call must stop.
+// `handshake` (the first barrier of a call, `calls` the block's count): thread
+// t checks the peer's mailbox value while it spins, reading flag and mailbox
+// with one round of loads, so a mismatch is seen even when the peer, making
+// another kind of call, never signals this barrier; block 0's thread t also
+// sends this call's value before its flag (so the flag's release publishes
+// it). Returns false in every thread of the block if the call must stop.
 template <int W>
 __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 kernel, u32 phase,
                                               bool handshake = false, u32 calls = 0u) {
@@ -592,7 +639,7 @@ __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 
     const u32 t = threadIdx.x;
     if (t < World<W>::size(a)) {
         const bool shake = handshake && t != a.rank;
-        if (shake) handshake_send(a, t, calls);
+        if (shake && blockIdx.x == 0u) handshake_send(a, t, calls);
         st_u64_release_sys(barrier_flag(a, t, blockIdx.x, a.rank), value);
         const u64* mine = barrier_flag(a, a.rank, blockIdx.x, t);
         const u64 sig = mailbox_value(a, calls);
@@ -617,8 +664,9 @@ __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 
         }
         if (ok) {
             (void)ld_u64_acquire_sys(mine);
-            // The peer's mailbox value was stored before its flag: after the
-            // acquire it is there (or a later one).
+            // Block 0's peer stored its mailbox value before its flag: after
+            // the acquire it is there (or a later one). Another block's flag
+            // does not publish it, so the check waits for it (bounded).
             if (!agreed) ok = handshake_check(a, t, calls, kernel, handshake_peek(a, t));
         }
     }

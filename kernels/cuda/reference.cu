@@ -15,6 +15,23 @@
 __device__ __forceinline__ u16 ld_stage_bits(const u16* p) { return ld_u16_sys(p); }
 __device__ __forceinline__ u32 ld_stage_bits(const u32* p) { return ld_u32_sys(p); }
 
+// Marks the output of this thread's elements of every chunk (all-ones bits),
+// the reference kernel's layout of prims.cu's mark_failed.
+template <typename Bits, bool REDUCE>
+__device__ __noinline__ void mark_failed_elements(Bits* out, u64 units, u64 chunk_units, u32 world, u64 first,
+                                                  u64 stride) {
+    for (u64 base = 0; base < units; base += chunk_units) {
+        const u64 len = (units - base < chunk_units) ? units - base : chunk_units;
+        for (u64 j = first; j < len; j += stride) {
+            if (REDUCE) {
+                out[base + j] = (Bits)~(Bits)0;
+            } else {
+                for (u32 p = 0; p < world; ++p) out[(u64)p * units + base + j] = (Bits)~(Bits)0;
+            }
+        }
+    }
+}
+
 template <typename E, bool REDUCE>
 __device__ __forceinline__ void reference_collective(const CollArgs& a) {
     dependent_launch_prologue();
@@ -23,15 +40,15 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
     u32* ctrl = ctrl_of(a, a.rank);
     const u64 first = first_unit<0>(a);
     const u64 stride = thread_stride();
-    const CallState& state = begin_call(ctrl);
-    if (state.poisoned) {
-        poison_output(a, !REDUCE, first, stride);
-        return;
-    }
-
     const u32 world = a.world;
     const u64 units = a.bytes / unit;
     const u64 chunk_units = a.staging_bytes / unit;
+    const CallState& state = begin_call(ctrl);
+    if (state.poisoned) {
+        mark_failed_elements<Bits, REDUCE>((Bits*)a.output, units, chunk_units, world, first, stride);
+        return;
+    }
+
     const u64 chunks = (units + chunk_units - 1u) / chunk_units;
     const char* in = (const char*)a.input;
     char* out = (char*)a.output;
@@ -47,10 +64,10 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
             *(Bits*)(my_stage + j * unit) = *(const Bits*)(in + (base + j) * unit);
 
         if (!block_has_work<0>(a, len)) continue;
-        // Block 0's first chunk carries the call handshake.
-        if (!block_barrier<0>(a, state.seq + c + 1u, CT_KERNEL_REFERENCE, CT_PHASE_BARRIER_1,
-                              blockIdx.x == 0 && c == 0, state.calls)) {
-            poison_output(a, !REDUCE, first, stride);
+        // The first chunk carries the call handshake.
+        if (!block_barrier<0>(a, state.seq + c + 1u, CT_KERNEL_REFERENCE, CT_PHASE_BARRIER_1, c == 0,
+                              state.calls)) {
+            mark_failed_elements<Bits, REDUCE>((Bits*)out, units, chunk_units, world, first, stride);
             break;
         }
 

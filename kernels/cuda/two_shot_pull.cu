@@ -37,15 +37,16 @@ __device__ __forceinline__ void two_shot_pull(const CollArgs& a) {
     const int UNROLL = World<W>::UNROLL;
     const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
+    const u64 packs = a.bytes / 16u;
+    const Shards sh{(packs + World<W>::size(a) - 1u) / World<W>::size(a), packs};
+    const UnitOutputs outputs = two_shot_outputs(a, sh.shard);
     const CallState& state = begin_call(ctrl_of(a, a.rank));
     if (state.poisoned) {
-        poison_output(a, false, first, stride);
+        mark_failed(a, outputs, first, stride);
         return;
     }
     save_pull_state(ctrl_of(a, a.rank), state, 2u, 1u);
     const u32 rank = a.rank;
-    const u64 packs = a.bytes / 16u;
-    const Shards sh{(packs + World<W>::size(a) - 1u) / World<W>::size(a), packs};
     const u64 area = (u64)World<W>::size(a) * sh.shard * 16u;  // bytes of one area
     const u64 half = (state.use & 1u) * a.staging_bytes;
     const bool aligned = a.io_aligned != 0u;
@@ -65,9 +66,8 @@ __device__ __forceinline__ void two_shot_pull(const CollArgs& a) {
 
     // A block with no packs has nothing to wait for (see block_has_work).
     if (!block_has_work<W>(a, sh.shard)) return;
-    // 2. Barrier 1 (block 0: with the call handshake).
-    bool ok = block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_1, blockIdx.x == 0,
-                               state.calls);
+    // 2. Barrier 1, with the call handshake.
+    bool ok = block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_1, true, state.calls);
     if (ok) {
         // 3. Reduce shard `rank`; send the sum to every peer.
         const u64 mine = rank * sh.shard;
@@ -91,7 +91,7 @@ __device__ __forceinline__ void two_shot_pull(const CollArgs& a) {
             store_shards<W, UNROLL>(a, st, sh, v);
         }
     }
-    if (!ok) poison_output(a, false, first, stride);
+    if (!ok) mark_failed(a, outputs, first, stride);
 }
 
 CT_KERNEL colltune_two_shot_pull_all_reduce_bf16(const CollArgs a) { two_shot_pull<kWorld, Bf16>(a); }

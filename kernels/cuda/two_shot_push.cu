@@ -45,9 +45,10 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
     // loads are in flight while thread 0 reads the state.
     Pack v[UNROLL][World<W>::SLOTS];
     load_shards<W, UNROLL>(a, Step{first, stride, sh.shard}, sh, v, input);
+    const UnitOutputs outputs = two_shot_outputs(a, sh.shard);
     const CallState& state = begin_call(ctrl_of(a, rank));
     if (state.poisoned) {
-        poison_output(a, false, first, stride);
+        mark_failed(a, outputs, first, stride);
         return;
     }
     // Bytes of every slot this call writes, which the next push-family call
@@ -65,11 +66,13 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
             lamport_push((char*)a.push_bufs[s] + my_slot + j * 16u, p);
         });
     }
-    // Block 0 tells every peer what it calls. (After its scatter stores: the
-    // threads that check a peer's call check it before they wait for data, and
-    // small messages give them none.)
-    const u32 shake = lamport_handshake_peer<W>(a);
-    if (shake != CT_NO_PEER) handshake_send(a, shake, state.calls);
+    // Block 0 tells every peer what it calls; every block with work checks
+    // what they call. (After the scatter stores: the threads that check a
+    // peer's call check it before they wait for data, and small messages give
+    // them none.)
+    const bool has_work = block_has_work<W>(a, sh.shard);
+    const u32 shake = lamport_handshake_peer<W>(a, has_work);
+    if (shake != CT_NO_PEER && blockIdx.x == 0u) handshake_send(a, shake, state.calls);
     // 2. Re-arm the previous push-family call's buffer.
     rearm_previous<W>(a, state, previous_buffer(state.push_phase), first, stride);
 
@@ -97,7 +100,7 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
         ok = wait_shards<W, UNROLL>(a, st, sh, v, CT_KERNEL_TWO_SHOT_PUSH, sum_of);
         if (ok) store_shards<W, UNROLL>(a, st, sh, v);
     }
-    if (!ok) poison_output(a, false, first, stride);
+    if (has_work) finish_block(a, outputs, ok, first, stride);
 }
 
 CT_KERNEL colltune_two_shot_push_all_reduce_bf16(const CollArgs a) { two_shot_push<kWorld, Bf16>(a); }

@@ -1399,6 +1399,370 @@ fn mismatched_calls_are_errors_on_every_rank() {
     suite.finish();
 }
 
+/// The algorithms whose failed calls the marking tests cover in a loopback
+/// world: every custom kernel of `collective` and the NCCL stand-in (what
+/// `nccl` and `nccl_symmetric` run there).
+fn marking_algos(collective: Collective) -> Vec<Algo> {
+    collective
+        .algos()
+        .iter()
+        .copied()
+        .filter(|a| a.kind() == AlgoKind::Kernel || *a == Algo::Nccl)
+        .collect()
+}
+
+/// Output of one rank of a marking test: a bf16 buffer of the call's output
+/// length plus one guard element on each side, filled with `0x5a5a`, and
+/// the view the call writes (at element offset 1 + `offset`, so `offset` 1
+/// makes a view that is not 16-byte aligned).
+struct Guarded {
+    input: cudarc::driver::CudaSlice<bf16>,
+    output: cudarc::driver::CudaSlice<bf16>,
+    /// Elements of the call's input and of its output.
+    n: usize,
+    out_n: usize,
+    offset: usize,
+}
+
+const PATTERN: u16 = 0x5a5a;
+
+impl Guarded {
+    fn new(
+        rank: &RankComm,
+        collective: Collective,
+        n: usize,
+        offset: usize,
+        seed: u64,
+    ) -> Result<Guarded, String> {
+        let err = |e: cudarc::driver::DriverError| format!("{e:?}");
+        let stream = rank.stream();
+        let out_n = output_bytes(collective, rank.world_size(), n * 2) / 2;
+        // Inputs: ordinary values, different per rank and element.
+        let host: Vec<bf16> = (0..n + offset)
+            .map(|i| bf16::from_f32(((i as u64 * 7 + seed * 13) % 61) as f32 - 30.0))
+            .collect();
+        let input = stream.clone_htod(&host).map_err(err)?;
+        let mut output = stream
+            .alloc_zeros::<bf16>(out_n + offset + 2)
+            .map_err(err)?;
+        gpu_common::fill_bytes(stream, &mut output, 0x5a);
+        stream.synchronize().map_err(err)?;
+        Ok(Guarded {
+            input,
+            output,
+            n,
+            out_n,
+            offset,
+        })
+    }
+
+    /// Issues the call on this rank's views.
+    fn issue(
+        &mut self,
+        rank: &mut RankComm,
+        collective: Collective,
+        how: Select,
+    ) -> kernels::Result<Algo> {
+        let input = self.input.slice(self.offset..self.offset + self.n);
+        let start = 1 + self.offset;
+        let mut output = self.output.slice_mut(start..start + self.out_n);
+        match collective {
+            Collective::AllReduce => rank.all_reduce(&input, &mut output, how),
+            Collective::AllGather => rank.all_gather(&input, &mut output, how),
+        }
+    }
+
+    /// Refills the output (view and guards) with the pattern.
+    fn refill(&mut self, rank: &RankComm) -> Result<(), String> {
+        gpu_common::fill_bytes(rank.stream(), &mut self.output, 0x5a);
+        rank.stream().synchronize().map_err(|e| format!("{e:?}"))
+    }
+
+    /// Reads the output back: the view's words that are not all-ones (marked),
+    /// and whether the guards outside the view still hold the pattern.
+    fn unmarked(&self, rank: &RankComm) -> Result<(Vec<u16>, bool), String> {
+        let stream = rank.stream();
+        stream.synchronize().map_err(|e| format!("{e:?}"))?;
+        let host: Vec<bf16> = stream
+            .clone_dtoh(&self.output)
+            .map_err(|e| format!("{e:?}"))?;
+        let bits: Vec<u16> = host.iter().map(|v| v.to_bits()).collect();
+        let start = 1 + self.offset;
+        let view = &bits[start..start + self.out_n];
+        let guards_kept = bits[..start]
+            .iter()
+            .chain(&bits[start + self.out_n..])
+            .all(|&b| b == PATTERN);
+        Ok((
+            view.iter().copied().filter(|&b| b != 0xffff).collect(),
+            guards_kept,
+        ))
+    }
+}
+
+/// Says what is wrong with a failed call's output on `rank`: any word of the
+/// view that is not marked (how many kept the pattern, how many hold other
+/// values), or a guard outside the view that was written.
+fn judge_marking(g: &Guarded, rank: &RankComm, what: &str) -> Result<(), String> {
+    let (unmarked, guards_kept) = g.unmarked(rank)?;
+    let stale = unmarked.iter().filter(|&&b| b == PATTERN).count();
+    if !unmarked.is_empty() {
+        return Err(format!(
+            "{what}: rank {}: {} of {} output elements not marked ({stale} still hold the pattern, {} \
+             other values)",
+            rank.rank(),
+            unmarked.len(),
+            g.out_n,
+            unmarked.len() - stale
+        ));
+    }
+    if !guards_kept {
+        return Err(format!(
+            "{what}: rank {}: a word outside the output view was written",
+            rank.rank()
+        ));
+    }
+    Ok(())
+}
+
+/// One failing call in a fresh loopback world of `world` whose last rank
+/// never calls: every other rank's call must fail (`check()` errs) and leave
+/// every word of its output view marked (all bits set), none of the pattern
+/// the output held before, nothing outside the view written.
+fn stalled_call_marks_its_output(
+    ctx: &Arc<CudaContext>,
+    world: usize,
+    collective: Collective,
+    algo: Algo,
+    offset: usize,
+    n: usize,
+) -> Result<(), String> {
+    let options = Options {
+        timeout: Duration::from_millis(100),
+        log_declines: false,
+        ..Options::default()
+    };
+    let mut ranks = World::loopback(ctx.clone(), world, options).map_err(|e| e.to_string())?;
+    let stalled = world - 1;
+    let guarded = ranks
+        .iter()
+        .enumerate()
+        .map(|(r, rank)| Guarded::new(rank, collective, n, offset, r as u64))
+        .collect::<Result<Vec<_>, String>>()?;
+    let outcomes =
+        tuner::harness::concurrent::for_each_rank(&mut ranks, guarded, |rank, mut g, _| {
+            if rank.rank() == stalled {
+                return Ok((g, Ok(algo), Ok(())));
+            }
+            let ran = g.issue(rank, collective, Select::Force(algo));
+            let checked = rank.check();
+            Ok((g, ran, checked))
+        })
+        .map_err(|e| e.to_string())?;
+    for (r, (g, ran, checked)) in outcomes.iter().enumerate().filter(|(r, _)| *r != stalled) {
+        match ran {
+            Ok(a) if *a == algo => {}
+            other => {
+                return Err(format!(
+                    "rank {r}: the call gave {other:?}, not {} issued",
+                    algo.name()
+                ));
+            }
+        }
+        if checked.is_ok() {
+            return Err(format!(
+                "rank {r}: check() is Ok although rank {stalled} never called"
+            ));
+        }
+        judge_marking(g, &ranks[r], "the failed call")?;
+    }
+    Ok(())
+}
+
+/// A call that fails leaves no word of its output looking like a result:
+/// for every custom kernel and the NCCL stand-in, both collectives, aligned
+/// and unaligned (element offset 1) views, in loopback worlds of 2, 4 and 8
+/// whose last rank never calls, every element of the failing call's output
+/// is marked (all bits set) and nothing outside the view is written. The
+/// message spreads over several blocks and, for the two-shot kernels, over
+/// every shard.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn a_failed_call_marks_every_word_of_its_output() {
+    let ctx = gpu();
+    let mut suite = Suite::new("a failed call's whole output is marked");
+    let n = 32 * 1024 + 8; // 64 KiB + 16 B of bf16 per rank: several blocks, short last shards
+    for world in [2, 4, 8] {
+        for collective in Collective::ALL {
+            for algo in marking_algos(collective) {
+                for offset in [0, 1] {
+                    let label = format!(
+                        "world {world} {} {} {}",
+                        collective.name(),
+                        algo.name(),
+                        if offset == 0 { "aligned" } else { "unaligned" }
+                    );
+                    suite.record(
+                        &label,
+                        stalled_call_marks_its_output(&ctx, world, collective, algo, offset, n),
+                    );
+                }
+            }
+        }
+        suite.note(&format!("world {world} done"));
+    }
+    suite.finish();
+}
+
+/// Calls made before the mismatch: past 256, so the handshake's 8-bit call
+/// count has wrapped.
+const WARM_CALLS: usize = 300;
+
+/// A warm world of `world` makes `WARM_CALLS` agreeing calls of `algo`, then
+/// rank 1 calls `odd` where the others call `usual`: every rank must get
+/// `Error::Mismatch` naming both calls (`names`), with every word of the
+/// mismatched call's output marked on every rank.
+fn mismatch_after_wrap(
+    ctx: &Arc<CudaContext>,
+    world: usize,
+    collective: Collective,
+    algo: Algo,
+    usual: (DType, usize),
+    odd: (DType, usize),
+    names: [&str; 2],
+) -> Result<(), String> {
+    let options = Options {
+        timeout: Duration::from_secs(1),
+        log_declines: false,
+        ..Options::default()
+    };
+    let mut ranks = World::loopback(ctx.clone(), world, options).map_err(|e| e.to_string())?;
+    for (_, bytes) in [usual, odd] {
+        let out = collective.output_size(world as u64, bytes as u64);
+        if let Some(why) = ranks[0].would_decline(collective, algo, out) {
+            return Err(format!(
+                "{} declines {bytes} bytes per rank ({why:?}): the test must run it",
+                algo.name()
+            ));
+        }
+    }
+    // Every rank's buffers hold the larger call; a call's views are its own
+    // length. bf16 and f16 have the same width, so one element type serves.
+    let elems = |(_, bytes): (DType, usize)| bytes / 2;
+    let largest = elems(usual).max(elems(odd));
+    let states = ranks
+        .iter()
+        .enumerate()
+        .map(|(r, rank)| Guarded::new(rank, collective, largest, 0, r as u64))
+        .collect::<Result<Vec<_>, String>>()?;
+    let outcomes =
+        tuner::harness::concurrent::for_each_rank(&mut ranks, states, |rank, mut g, _| {
+            let how = Select::Force(algo);
+            let world = rank.world_size() as u64;
+            let shaped = |g: &mut Guarded, call: (DType, usize)| {
+                g.n = elems(call);
+                g.out_n = collective.output_size(world, g.n as u64) as usize;
+            };
+            shaped(&mut g, usual);
+            for _ in 0..WARM_CALLS {
+                if let Err(e) = g.issue(rank, collective, how) {
+                    return Ok((g, Err(format!("a warm-up call failed: {e}"))));
+                }
+            }
+            if let Err(e) = rank.check() {
+                return Ok((g, Err(format!("the warm-up calls failed: {e}"))));
+            }
+            if let Err(e) = g.refill(rank) {
+                return Ok((g, Err(e)));
+            }
+            let call = if rank.rank() == 1 { odd } else { usual };
+            shaped(&mut g, call);
+            let issued = match call.0 {
+                DType::F16 => {
+                    // The same bytes seen as f16: the dtype is what differs.
+                    let input = g.input.slice(..g.n);
+                    let mut output = g.output.slice_mut(1..1 + g.out_n);
+                    // SAFETY: bf16 and f16 have the same size and every bit
+                    // pattern is a valid value of either.
+                    let (input, mut output) = unsafe {
+                        (
+                            input.transmute::<f16>(g.n).unwrap(),
+                            output.transmute_mut::<f16>(g.out_n).unwrap(),
+                        )
+                    };
+                    match collective {
+                        Collective::AllReduce => rank.all_reduce(&input, &mut output, how),
+                        Collective::AllGather => rank.all_gather(&input, &mut output, how),
+                    }
+                }
+                _ => g.issue(rank, collective, how),
+            };
+            let checked = issued.and_then(|_| rank.check());
+            Ok((g, Ok(checked)))
+        })
+        .map_err(|e| e.to_string())?;
+    for (r, (g, outcome)) in outcomes.iter().enumerate() {
+        match outcome {
+            Err(e) => return Err(format!("rank {r}: {e}")),
+            Ok(Err(Error::Mismatch(what))) => {
+                if let Some(missing) = names.iter().find(|n| !what.contains(*n)) {
+                    return Err(format!(
+                        "rank {r}: the mismatch does not name `{missing}`: {what}"
+                    ));
+                }
+            }
+            Ok(other) => return Err(format!("rank {r}: expected Error::Mismatch, got {other:?}")),
+        }
+        judge_marking(g, &ranks[r], "the mismatched call")?;
+    }
+    Ok(())
+}
+
+/// A mismatched call in a warm world (past the handshake's 8-bit wrap) is
+/// caught by every block, not only block 0: every rank gets
+/// `Error::Mismatch` naming both calls, and no word of the mismatched call's
+/// output is left unmarked on any rank, for every custom kernel and the NCCL
+/// stand-in, at sizes whose data spreads over many blocks.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn a_mismatch_after_the_tag_wraps_is_caught_by_every_block() {
+    let ctx = gpu();
+    let mut suite = Suite::new("mismatch in a warm world");
+    for world in [2, 4, 8] {
+        for collective in Collective::ALL {
+            for algo in marking_algos(collective) {
+                let label = format!("world {world} {} {}", collective.name(), algo.name());
+                suite.record(
+                    &format!("{label}: bf16 against f16, 256 KiB"),
+                    mismatch_after_wrap(
+                        &ctx,
+                        world,
+                        collective,
+                        algo,
+                        (DType::Bf16, 256 << 10),
+                        (DType::F16, 256 << 10),
+                        ["in bf16", "in f16"],
+                    ),
+                );
+                suite.record(
+                    &format!("{label}: 128 KiB against 256 KiB"),
+                    mismatch_after_wrap(
+                        &ctx,
+                        world,
+                        collective,
+                        algo,
+                        (DType::Bf16, 128 << 10),
+                        (DType::Bf16, 256 << 10),
+                        ["131072 bytes", "262144 bytes"],
+                    ),
+                );
+            }
+        }
+        suite.note(&format!("world {world} done"));
+    }
+    suite.finish();
+}
+
 /// Whether every 16-bit word of `bytes` has all bits set: the mark of an
 /// output a failed call did not compute.
 fn all_failed_marks(bytes: &[u8]) -> bool {
@@ -1406,9 +1770,9 @@ fn all_failed_marks(bytes: &[u8]) -> bool {
 }
 
 /// A peer that stalls (its host never issues the call) in a world of 2 and of
-/// 8: every other rank's `check()` reports the timeout naming it; calls that
-/// were already queued behind the one that timed out leave outputs marked as
-/// failed (all bits set), not stale values; every later call, and the replay
+/// 8: every other rank's `check()` reports the timeout naming it; the call
+/// that timed out and the calls already queued behind it leave outputs
+/// marked as failed (all bits set), not stale values; every later call, and the replay
 /// of a graph captured before, is refused at once and launches nothing; and
 /// when the stalled rank calls at last, its kernel stops at once because its
 /// peer had failed (`Error::PeerFault`), instead of waiting out the timeout.
@@ -1508,11 +1872,9 @@ fn stalled_peer(ctx: &Arc<CudaContext>, world: usize) -> Result<(), String> {
             .flat_map(|v| v.to_bits().to_le_bytes())
             .collect();
         let marked = bytes.chunks(2).filter(|p| p == &[0xff, 0xff]).count();
-        let expect_all = k > 0;
-        if (expect_all && !all_failed_marks(&bytes)) || marked == 0 {
+        if !all_failed_marks(&bytes) {
             return Err(format!(
-                "call {k} of rank 0: {marked} of {n} elements marked as failed (expected {})",
-                if expect_all { "all" } else { "some" }
+                "call {k} of rank 0: {marked} of {n} elements marked as failed (expected all)"
             ));
         }
     }
