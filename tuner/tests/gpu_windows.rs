@@ -43,24 +43,38 @@ fn loopback(ctx: &Arc<CudaContext>, world: usize) -> Result<Vec<RankComm>, Strin
     World::loopback(ctx.clone(), world, options()).map_err(|e| format!("world of {world}: {e}"))
 }
 
-/// Two windows per rank (indices 0 and 1), each large enough for an
-/// all-gather of `N` elements per rank.
+/// Two more windows per rank (numbered alike on every rank), each large
+/// enough for an all-gather of `N` elements per rank.
 fn two_windows(ranks: &mut [RankComm]) -> Result<Vec<[WindowBuffer<bf16>; 2]>, String> {
     let world = ranks.len();
     let states = vec![(); world];
-    for_each_rank(ranks, states, |rank, (), _| {
+    let windows = for_each_rank(ranks, states, |rank, (), _| {
         Ok([
             rank.alloc_window::<bf16>(world * N)?,
             rank.alloc_window::<bf16>(world * N)?,
         ])
     })
-    .map_err(|e| format!("alloc_window: {e}"))
+    .map_err(|e| format!("alloc_window: {e}"))?;
+    // Windows are numbered in allocation order, alike on every rank.
+    let first = windows[0][0].index();
+    for (r, [a, b]) in windows.iter().enumerate() {
+        if (a.index(), b.index()) != (first, first + 1) {
+            return Err(format!(
+                "rank {r}'s windows are numbered {} and {}, rank 0's {first} and {}",
+                a.index(),
+                b.index(),
+                first + 1
+            ));
+        }
+    }
+    Ok(windows)
 }
 
 /// What a call does on one rank.
 #[derive(Clone, Copy, Debug)]
 enum Issue {
-    /// A window call on the rank's window of this index.
+    /// A window call on the first (0) or second (1) of the rank's two
+    /// windows: windows 0 and 1 in a fresh world, which `misplaced` uses.
     Window(usize),
     /// An ordinary in-place call on a view of the rank's window 0.
     Ordinary,
