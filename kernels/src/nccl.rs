@@ -682,10 +682,14 @@ impl NcclComm {
     /// single-process world; a world of processes passes its one rank, and
     /// every process calls this together. Registration is collective: it is
     /// waited out against each communicator's call bound. Never called while
-    /// a stream is being captured (NCCL would have to synchronise).
+    /// a stream is being captured (NCCL would have to synchronise), and only
+    /// once every rank has said it can (`window::vote`): a rank that does not
+    /// register leaves its peers waiting here until their bound.
     ///
-    /// On an error the memory is leaked, never freed: NCCL may hold some of
-    /// it registered until the communicator ends.
+    /// An error once registering has begun aborts every communicator of
+    /// `ranks` (a registration may still wait for peers inside NCCL). On any
+    /// error the memory is leaked, never freed: NCCL may hold some of it
+    /// registered until the communicator ends.
     pub(crate) fn register_windows(
         ranks: &[(&NcclComm, &Arc<CudaContext>)],
         memory: Vec<crate::window::WindowMemory>,
@@ -746,20 +750,31 @@ impl NcclComm {
         }
         // SAFETY: closes the group opened above.
         let ended = in_progress_is_ok("ncclGroupEnd", unsafe { sys::ncclGroupEnd() });
-        issued?;
-        ended?;
-        for (comm, _) in ranks {
-            let deadline = Instant::now() + comm.call_bound;
-            if settle(comm.comm, "ncclCommWindowRegister", deadline)? == Settled::Late {
-                return Err(Error::Timeout {
-                    rank: comm.rank,
-                    peer: None,
-                    during: "registering NCCL windows (a peer never registered its own)".into(),
-                    timeout: comm.call_bound,
-                });
+        let settled = issued.and(ended).and_then(|()| {
+            for (comm, _) in ranks {
+                let deadline = Instant::now() + comm.call_bound;
+                if settle(comm.comm, "ncclCommWindowRegister", deadline)? == Settled::Late {
+                    return Err(Error::Timeout {
+                        rank: comm.rank,
+                        peer: None,
+                        during: "registering NCCL windows (a peer never registered its own; \
+                                 the communicator was aborted)"
+                            .into(),
+                        timeout: comm.call_bound,
+                    });
+                }
+            }
+            Ok(())
+        });
+        if settled.is_err() {
+            // A registration that failed or never completed may still wait
+            // for peers inside NCCL: abort, so that nothing after it (a
+            // rendezvous round, a collective, teardown) waits on it too.
+            for (comm, _) in ranks {
+                comm.abort_now();
             }
         }
-        Ok(())
+        settled
     }
 
     /// An error NCCL detected asynchronously (e.g. a failed peer), if any.

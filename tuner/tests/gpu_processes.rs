@@ -160,6 +160,134 @@ fn a_world_of_one_process_joins_through_nccl() {
     assert!(ok, "{text}");
 }
 
+/// Every `JOINED` line the workers printed, as field -> value, in rank order.
+fn joined(text: &str) -> Vec<std::collections::BTreeMap<String, String>> {
+    let mut lines: Vec<std::collections::BTreeMap<String, String>> = text
+        .lines()
+        .filter_map(|l| l.split_once("JOINED ").map(|(_, rest)| rest))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect();
+    lines.sort_by_key(|fields| fields.get("rank").and_then(|r| r.parse::<usize>().ok()));
+    lines
+}
+
+/// A world of `world` processes joined through NCCL, one per GPU, whose
+/// calls are all forced to `nccl_symmetric`; rank `failing`'s window
+/// allocation fails if given. Checks that it passed (every result against
+/// the host reference, every rank running the same algorithms), that every
+/// rank has a window exactly when no rank failed, that the world formed
+/// within 5 s when one did, and that the calls then ran plain NCCL.
+fn window_vote(world: usize, failing: Option<usize>) -> Result<(), String> {
+    let world_text = world.to_string();
+    let failing_text = failing.map(|r| r.to_string());
+    let mut args = vec![
+        "--world-size",
+        &world_text,
+        "--gpus",
+        "one-per-gpu",
+        "--join",
+        "nccl",
+        "--algo",
+        "nccl_symmetric",
+        "--iters",
+        "30",
+        "--deadline-s",
+        "60",
+    ];
+    if let Some(rank) = &failing_text {
+        args.extend(["--fail-window-alloc", rank]);
+    }
+    let (ok, text) = launch(&args);
+    let what = format!("{world} process(es), failing {failing:?}");
+    if !ok {
+        return Err(format!("{what}: the run failed:\n{text}"));
+    }
+    let ranks = joined(&text);
+    if ranks.len() != world {
+        return Err(format!("{what}: {} JOINED lines:\n{text}", ranks.len()));
+    }
+    for (rank, fields) in ranks.iter().enumerate() {
+        let field = |name: &str| fields.get(name).map(String::as_str).unwrap_or("");
+        let window: u64 = field("window").parse().unwrap_or(u64::MAX);
+        let join_ms: u64 = field("join_ms").parse().unwrap_or(u64::MAX);
+        match failing {
+            None if window == 0 || window == u64::MAX => {
+                return Err(format!(
+                    "{what}: rank {rank} has no NCCL window (NCCL {:?}; windows need 2.27 or \
+                     later):\n{text}",
+                    kernels::raw::nccl_version()
+                ));
+            }
+            Some(_) if window != 0 => {
+                return Err(format!(
+                    "{what}: rank {rank} registered a window of {window} bytes:\n{text}"
+                ));
+            }
+            Some(_) if join_ms >= 5000 => {
+                return Err(format!(
+                    "{what}: rank {rank} took {join_ms} ms to join, not under 5 s:\n{text}"
+                ));
+            }
+            _ => {}
+        }
+    }
+    // Declined calls run plain NCCL and say so; the launcher has checked
+    // that every rank reports the same algorithms.
+    let ran = if failing.is_some() {
+        "algos=nccl:30"
+    } else {
+        "algos=nccl_symmetric:30"
+    };
+    if !text.contains(ran) {
+        return Err(format!("{what}: no `{ran}` in:\n{text}"));
+    }
+    if failing.is_some() && !text.contains("ncclMemAlloc") {
+        return Err(format!(
+            "{what}: the decline does not name the failed ncclMemAlloc:\n{text}"
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn a_failed_window_allocation_declines_nccl_symmetric_in_a_world_of_one_process() {
+    // One GPU: NCCL refuses two ranks on one GPU, so the process world with
+    // NCCL (and a window) is a world of one. Its window round still runs
+    // over NCCL, and the injected ncclMemAlloc failure must decline
+    // nccl_symmetric at once; the same world without it has a window.
+    require_gpu();
+    let failures: Vec<String> = [None, Some(0)]
+        .into_iter()
+        .filter_map(|failing| window_vote(1, failing).err())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+#[ignore = "needs 2 CUDA GPUs: run scripts/gpu-run.sh on a GPU machine"]
+fn a_failed_window_allocation_on_rank_1_declines_on_every_rank_across_gpus() {
+    // Issue 29, item 6: rank 1 alone cannot allocate its window. Every rank
+    // must decline nccl_symmetric within the window round (before, rank 0
+    // waited in ncclCommWindowRegister until the join timeout and the world
+    // failed), and the same world without the failure registers windows.
+    let Some(_) =
+        two_gpus("a_failed_window_allocation_on_rank_1_declines_on_every_rank_across_gpus")
+    else {
+        return;
+    };
+    let failures: Vec<String> = [None, Some(1)]
+        .into_iter()
+        .filter_map(|failing| window_vote(2, failing).err())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
 fn one_process_per_gpu_against_nccl() {

@@ -15,7 +15,7 @@ use crate::module::KernelSet;
 use crate::protocol::PACK_BYTES;
 use crate::protocol::launch::LaunchShape;
 use crate::protocol::registry::Kernel;
-use crate::protocol::signature::CallSignature;
+use crate::protocol::signature::{CallSignature, Placement};
 use crate::vocab::{Collective, DType};
 
 /// One call, as the launch wrappers see it.
@@ -35,7 +35,10 @@ impl Call {
     }
 }
 
-/// Launches `kernel` for `call` on `stream`.
+/// Launches `kernel` for `call` on `stream`. The call's signature is its
+/// shape plus the placement its rank's base arguments carry (`call_sig`:
+/// [`Placement::Anywhere`] except during a window call, see
+/// `comm/symmetric.rs`).
 pub(crate) fn launch(
     kernels: &KernelSet,
     kernel: Kernel,
@@ -65,7 +68,8 @@ pub(crate) fn launch(
         dtype: call.dtype,
         bytes_per_rank: call.bytes_per_rank,
     }
-    .encode();
+    .encode()
+        | Placement::of(base.call_sig).bits();
     let args = CollArgs {
         input: call.input,
         output: call.output,

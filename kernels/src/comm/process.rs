@@ -13,13 +13,19 @@
 //! 3. `layout`: the capacities, buffer sizes and launch shape every rank
 //!    derived (must agree) and the IPC handles of this rank's buffers;
 //! 4. `ready`: whether each rank mapped every peer's buffers. If one could not,
-//!    every call runs NCCL (or, without NCCL, construction fails).
+//!    every call runs NCCL (or, without NCCL, construction fails);
+//! 5. `window` (with NCCL): whether each rank can have an NCCL window, voted
+//!    before any rank registers one (`window::vote`: NCCL version, bytes,
+//!    `ncclMemAlloc` done). Every rank registers only if every rank voted yes
+//!    for the same window; otherwise every rank frees its memory and
+//!    `nccl_symmetric` declines, and the world forms without waiting for a
+//!    registration that some rank would never make.
 //!
 //! A rank that fails between rounds still sends its failure in the next round,
 //! so its peers fail at once instead of waiting out the timeout, and aborts
 //! its NCCL communicator (`ncclCommAbort`, never a destroy that waits for
 //! peers). Dropping a healthy rank drains its stream and says `goodbye` (a
-//! fifth round) before freeing its memory: a peer may still be reading it until
+//! last round) before freeing its memory: a peer may still be reading it until
 //! then. Every step is bounded (kernels/GPU.md, "Bounded waits").
 
 use std::path::PathBuf;
@@ -36,7 +42,7 @@ use super::rank::{RankComm, RankParts};
 use super::registration::{BUFFER_NAMES, MappedMemory, RankMemory, Registration, Slot};
 use super::resources::WorldShared;
 use super::setup::{arch_of, block_size, check_world_size, launch_shape};
-use super::symmetric::register_rank_windows;
+use super::symmetric;
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
 use crate::ipc::IpcHandle;
@@ -49,6 +55,8 @@ use crate::protocol::reach::{self, Decision};
 use crate::rendezvous::{FileRendezvous, Rendezvous};
 use crate::selection::{self, Selector};
 use crate::vocab::{DType, Link};
+use crate::window::Window;
+use crate::window::vote::{self, Outcome};
 
 /// How the processes of a world find each other.
 pub enum Join {
@@ -73,6 +81,8 @@ pub struct ProcessSpec {
     /// The element type the engine will reduce, checked to be the same on every
     /// rank at construction (`None`: not checked). Calls are not restricted to it.
     pub dtype: Option<DType>,
+    /// See [`ProcessSpec::with_failing_window_allocation`].
+    fail_window_allocation: bool,
 }
 
 impl ProcessSpec {
@@ -82,11 +92,22 @@ impl ProcessSpec {
             world_size,
             join,
             dtype: None,
+            fail_window_allocation: false,
         }
     }
 
     pub fn with_dtype(mut self, dtype: DType) -> ProcessSpec {
         self.dtype = Some(dtype);
+        self
+    }
+
+    /// For tests of the `window` vote only: this rank's `ncclMemAlloc` of
+    /// the world's NCCL window asks for twice its GPU's memory, so that it
+    /// fails as on an exhausted GPU, and every rank must decline
+    /// `nccl_symmetric` within the round. Not for engines.
+    #[doc(hidden)]
+    pub fn with_failing_window_allocation(mut self) -> ProcessSpec {
+        self.fail_window_allocation = true;
         self
     }
 }
@@ -104,6 +125,7 @@ pub(crate) fn build(
         world_size: world,
         join,
         dtype,
+        fail_window_allocation,
     } = spec;
     check_world_size(world)?;
     if rank >= world {
@@ -238,26 +260,32 @@ pub(crate) fn build(
         }
     }
 
-    // 5. NCCL's symmetric window, registered by every rank together; used
-    //    only when every rank registered one of the same size.
+    // 5. NCCL's symmetric window: every rank votes before any registers.
     let (window, window_bytes) = match (&nccl, fallback) {
         (Some(comm), Fallback::Nccl) => {
-            let (mut windows, bytes) = register_rank_windows(&[(comm, &ctx)], caps.window_bytes());
-            let told = Digest::new().with("window_bytes", bytes);
-            let all = membership.round(nccl.as_ref(), &stream, "window", &told)?;
-            let agreed = all
-                .iter()
-                .all(|d| d.get("window_bytes") == told.get("window_bytes"));
-            if !agreed && rank == 0 {
-                announce(
-                    rank,
-                    &options,
-                    "the ranks registered NCCL windows of different sizes (or some none); \
-                     nccl_symmetric declines to plain NCCL",
-                );
+            let offer = symmetric::offer(&ctx, caps.window_bytes(), fail_window_allocation);
+            let agreed = vote::agree(
+                offer,
+                |mine| membership.round(Some(comm), &stream, "window", mine),
+                |memory| {
+                    NcclComm::register_windows(&[(comm, &ctx)], vec![memory])
+                        .map(|mut windows| windows.pop().expect("one window per rank"))
+                },
+            )?;
+            match world_window(agreed, |w: &Window| w.memory.bytes) {
+                Ok((window, bytes)) => (Some(window), bytes),
+                Err(why) => {
+                    announce(
+                        rank,
+                        &options,
+                        &format!(
+                            "no NCCL symmetric window ({why}); nccl_symmetric declines to plain \
+                             NCCL"
+                        ),
+                    );
+                    (None, 0)
+                }
             }
-            // A registered window is kept until NCCL ends even when unused.
-            (windows.pop().flatten(), if agreed { bytes } else { 0 })
         }
         _ => (None, 0),
     };
@@ -289,6 +317,23 @@ pub(crate) fn build(
         selector,
         options,
     })
+}
+
+/// The world's window after the `window` round ([`vote::agree`]): the
+/// registered window and its bytes, or why every rank declines
+/// `nccl_symmetric`.
+fn world_window<W>(
+    (outcome, window): (Outcome, Option<W>),
+    bytes: impl Fn(&W) -> u64,
+) -> std::result::Result<(W, u64), String> {
+    match (outcome, window) {
+        (Outcome::Register, Some(window)) => {
+            let bytes = bytes(&window);
+            Ok((window, bytes))
+        }
+        (Outcome::Refused(why) | Outcome::Differ(why), _) => Err(why),
+        (Outcome::Register, None) => Err("the window round registered nothing".into()),
+    }
 }
 
 /// Fields of the `layout` round every rank must have equal: how the world
@@ -541,6 +586,9 @@ mod tests {
     use super::*;
     use crate::rendezvous::check_round_name;
     use crate::vocab::{Algo, Capacity, Collective};
+    use crate::window::vote::Offer;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
 
     /// A rendezvous whose peers are scripted: every round gives back their
     /// blobs, with this rank's own in its place.
@@ -624,6 +672,154 @@ mod tests {
         let digests = round(&mut rendezvous, "layout", &failure_report(&failure)).unwrap();
         assert_eq!(digests[1].get("failed"), Some(failure.to_string().as_str()));
         assert_eq!(digests[0], layout_of(0, 3, 1 << 20));
+    }
+
+    /// Window memory that counts how often it was freed.
+    struct Tracked(Arc<AtomicUsize>);
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// What one rank saw of the `window` round: the world's window (the
+    /// rank that registered it) and bytes or why none, how often its memory
+    /// was freed by then, how long the step took.
+    type WindowSeen = (
+        std::result::Result<(usize, u64), String>,
+        usize,
+        std::time::Duration,
+    );
+
+    /// Step 5 of forming a world of `world` processes, each a thread whose
+    /// rounds go through a real file rendezvous as `Membership::round` reads
+    /// them; rank `failing`, if any, could not allocate its window.
+    /// `registered` counts the registrations.
+    fn window_round_of_a_world(
+        world: usize,
+        failing: Option<usize>,
+        registered: &AtomicUsize,
+    ) -> Vec<WindowSeen> {
+        let dir = std::env::temp_dir().join(format!(
+            "colltune-window-round-{}-{:?}",
+            std::process::id(),
+            Instant::now()
+        ));
+        let seen = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..world)
+                .map(|rank| {
+                    let dir = &dir;
+                    s.spawn(move || {
+                        let freed = Arc::new(AtomicUsize::new(0));
+                        let offer = Offer {
+                            nccl: Some("2.28.3".into()),
+                            bytes: 64 << 20,
+                            memory: if failing == Some(rank) {
+                                Err("ncclMemAlloc of 2 TiB failed: ncclUnhandledCudaError".into())
+                            } else {
+                                Ok(Tracked(freed.clone()))
+                            },
+                        };
+                        let started = Instant::now();
+                        let mut files = FileRendezvous::new(
+                            dir,
+                            rank,
+                            world,
+                            std::time::Duration::from_secs(10),
+                        )
+                        .expect("a rendezvous");
+                        let agreed = vote::agree(
+                            offer,
+                            |mine| round(&mut files, "window", mine),
+                            |memory: Tracked| {
+                                registered.fetch_add(1, Ordering::SeqCst);
+                                // Registered memory lives until NCCL ends.
+                                std::mem::forget(memory);
+                                Ok(rank)
+                            },
+                        )
+                        .expect("the round");
+                        let window = world_window(agreed, |_| 64 << 20);
+                        (window, freed.load(Ordering::SeqCst), started.elapsed())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a rank"))
+                .collect()
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        seen
+    }
+
+    #[test]
+    fn a_window_allocation_failure_on_rank_1_declines_on_every_rank_within_the_round() {
+        let registered = AtomicUsize::new(0);
+        for (rank, (window, freed, took)) in window_round_of_a_world(3, Some(1), &registered)
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(
+                window,
+                Err(
+                    "rank 1 cannot register an NCCL window: ncclMemAlloc of 2 TiB failed: \
+                     ncclUnhandledCudaError"
+                        .into()
+                ),
+                "rank {rank}"
+            );
+            // Every rank that allocated has freed its memory again.
+            assert_eq!(freed, (rank != 1) as usize, "rank {rank}");
+            assert!(
+                took < std::time::Duration::from_secs(5),
+                "rank {rank}: {took:?}"
+            );
+        }
+        assert_eq!(registered.load(Ordering::SeqCst), 0, "no rank registers");
+    }
+
+    #[test]
+    fn a_window_every_rank_can_have_is_registered_on_every_rank() {
+        let registered = AtomicUsize::new(0);
+        for (rank, (window, freed, _)) in window_round_of_a_world(3, None, &registered)
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(window, Ok((rank, 64 << 20)), "rank {rank}");
+            assert_eq!(freed, 0, "rank {rank}: registered memory is kept");
+        }
+        assert_eq!(registered.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_peers_failure_report_in_the_window_round_is_this_ranks_error() {
+        // A peer that failed before the round tells it there; nobody
+        // registers, and the memory is freed.
+        let freed = Arc::new(AtomicUsize::new(0));
+        let failure = Error::Unsupported("rank 1 lost its GPU".into());
+        let offer = Offer {
+            nccl: Some("2.28.3".into()),
+            bytes: 64 << 20,
+            memory: Ok(Tracked(freed.clone())),
+        };
+        let mut rendezvous = Scripted {
+            rank: 0,
+            peers: vec![Vec::new(), failure_report(&failure).encode()],
+        };
+        let agreed = vote::agree(
+            offer,
+            |mine| round(&mut rendezvous, "window", mine),
+            |_: Tracked| -> Result<()> { panic!("registered after a peer failed") },
+        );
+        match agreed {
+            Err(Error::Unsupported(why)) => {
+                assert!(why.starts_with("rank 1 could not join"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(freed.load(Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -86,7 +86,7 @@ impl World {
             (0..world_size).map(|_| None).collect()
         };
         let (windows, window_bytes) = match &nccl[..] {
-            [Some(comm)] => register_rank_windows(&[(comm, &ctx)], caps.window_bytes()),
+            [Some(comm)] => register_rank_windows(&[(comm, &ctx)], caps.window_bytes())?,
             _ => ((0..world_size).map(|_| None).collect(), 0),
         };
         let shared = Arc::new(WorldShared {
@@ -188,7 +188,7 @@ impl World {
             })
             .collect();
         let ranks: Vec<_> = comms.iter().zip(&contexts).collect();
-        let (windows, window_bytes) = register_rank_windows(&ranks, caps.window_bytes());
+        let (windows, window_bytes) = register_rank_windows(&ranks, caps.window_bytes())?;
         let shared = Arc::new(WorldShared {
             registration,
             caps,

@@ -8,7 +8,7 @@
 
 /// Bumped whenever the rounds, their fields or the way kernels use another
 /// process's memory change; ranks of different versions refuse each other.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// One rank's contribution to a round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -43,6 +43,11 @@ fn launch(cli: &Cli) -> Result<u8, String> {
             "--kill-rank {k} is not a rank of a world of {world}"
         ));
     }
+    if let Some(r) = cli.fail_window_alloc.filter(|&r| r >= world) {
+        return Err(format!(
+            "--fail-window-alloc {r} is not a rank of a world of {world}"
+        ));
+    }
     check_profiling_flags(cli, world)?;
     kernels::raw::require_driver().map_err(|e| e.to_string())?;
     let gpus = CudaContext::device_count().map_err(|e| format!("counting GPUs: {e:?}"))? as usize;

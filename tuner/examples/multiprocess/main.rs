@@ -9,7 +9,8 @@
 //!     [--algo policy|nccl|one_shot_push|one_shot_pull|two_shot_pull] [--dtype bf16]
 //!     [--gpus auto|shared|one-per-gpu] [--join auto|nccl|files]
 //!     [--matrix] [--kill-rank 1 [--kill-mode exit|stall] [--kill-after N]]
-//!     [--mismatch dtype] [--timeout-ms MS] [--drain-timeout-ms MS] [--deadline-s S]
+//!     [--mismatch dtype] [--fail-window-alloc R] [--timeout-ms MS] [--drain-timeout-ms MS]
+//!     [--deadline-s S]
 //!     [--exit-bound-ms 1000]
 //!     [--soak [--soak-replays 100000] [--check-every 10000] [--sync-every 500]
 //!      [--in-flight 8] [--near-wrap [--wrap-margin 5000]]]
@@ -29,6 +30,13 @@
 //!   expected outcome, with the slowest survivor's time, and exits 0.
 //! - `--mismatch dtype` makes rank 1 declare another dtype: every rank must
 //!   refuse to form the world, naming the field.
+//! - `--fail-window-alloc R` (for the tests of the window vote) makes rank R's
+//!   `ncclMemAlloc` of the world's NCCL window fail
+//!   (`ProcessSpec::with_failing_window_allocation`): every rank must decline
+//!   `nccl_symmetric` and the world form at once. Workers compile their
+//!   kernels before joining, so the `join_ms` of their `JOINED` line is the
+//!   time the world took to form; `window` is its NCCL window's bytes (0:
+//!   none).
 //! - `--soak` captures one decode-shaped graph (the policy's calls plus one call
 //!   forced to every other algorithm, NCCL included) and replays it
 //!   `--soak-replays` times, checking every `--check-every` replays against the
@@ -139,6 +147,9 @@ pub struct Cli {
     pub kill_after: Option<usize>,
     #[arg(long, value_enum)]
     pub mismatch: Option<Mismatch>,
+    /// For tests: rank R's allocation of the world's NCCL window fails.
+    #[arg(long, value_name = "R")]
+    pub fail_window_alloc: Option<usize>,
     /// Bound on every device-side wait, in ms (default: `Options::default()`).
     /// Outside `--soak` it bounds the host-side drain too (every call is
     /// checked at once, so a drain covers one call), unless

@@ -81,6 +81,11 @@ fn place() -> Result<Place, Failure> {
 }
 
 pub fn run(cli: &Cli) -> u8 {
+    // The library's notes (how the world formed, declines) on standard
+    // error, which the launcher passes through.
+    if let Err(why) = tuner::logging::init() {
+        eprintln!("multiprocess: {why}");
+    }
     let place = match place() {
         Ok(place) => place,
         Err(f) => {
@@ -95,7 +100,22 @@ pub fn run(cli: &Cli) -> u8 {
     watch::init(place.rank, stuck, Duration::from_millis(cli.exit_bound_ms));
     watch::idle("forming the world");
     let mut comm = match form(cli, &place) {
-        Ok(comm) => comm,
+        Ok((comm, joined)) => {
+            println!(
+                "JOINED rank={} world={} gpu={} link={:?} fallback={:?} blocks={} window={} \
+                 join_ms={} pid={}",
+                place.rank,
+                place.world,
+                place.device,
+                comm.link(),
+                comm.fallback_kind(),
+                comm.launch_shape().max_blocks,
+                comm.window_bytes(),
+                joined.as_millis(),
+                std::process::id()
+            );
+            comm
+        }
         Err(f) => {
             watch::report(&f);
             watch::note("exiting");
@@ -103,16 +123,6 @@ pub fn run(cli: &Cli) -> u8 {
             return f.code;
         }
     };
-    println!(
-        "JOINED rank={} world={} gpu={} link={:?} fallback={:?} blocks={} pid={}",
-        place.rank,
-        place.world,
-        place.device,
-        comm.link(),
-        comm.fallback_kind(),
-        comm.launch_shape().max_blocks,
-        std::process::id()
-    );
     let outcome = if cli.matrix {
         watch::idle("the matrix");
         crate::matrix::run(&mut comm, cli)
@@ -163,12 +173,15 @@ pub fn dtype_of(cli: &Cli) -> Result<DType, Failure> {
     })
 }
 
-/// Forms this rank of the world.
-fn form(cli: &Cli, place: &Place) -> Result<RankComm, Failure> {
+/// Forms this rank of the world; also how long `World::process` took.
+fn form(cli: &Cli, place: &Place) -> Result<(RankComm, Duration), Failure> {
     let ctx = kernels::open_device(place.device)?;
     // SAFETY: no slice exists yet; graphs need event tracking off.
     unsafe { ctx.disable_event_tracking() };
     let stream = ctx.new_stream()?;
+    // Compiled (and cached in this process) before joining, so that the
+    // time to join is the time the world takes to form.
+    kernels::raw::compile_for(kernels::raw::arch_of(&ctx)?, place.world)?;
     let join = match place.join.as_str() {
         "files" => Join::Files(place.dir.join("world")),
         _ => Join::Nccl(share_nccl_id(place)?),
@@ -182,8 +195,13 @@ fn form(cli: &Cli, place: &Place) -> Result<RankComm, Failure> {
         };
     }
     let options = options_of(cli);
-    let spec = ProcessSpec::new(place.rank, place.world, join).with_dtype(dtype);
-    Ok(World::process(stream, spec, options)?)
+    let mut spec = ProcessSpec::new(place.rank, place.world, join).with_dtype(dtype);
+    if cli.fail_window_alloc == Some(place.rank) {
+        spec = spec.with_failing_window_allocation();
+    }
+    let started = Instant::now();
+    let comm = World::process(stream, spec, options)?;
+    Ok((comm, started.elapsed()))
 }
 
 /// The world's options from the flags (the same on every rank).

@@ -8,6 +8,11 @@
 //! `nccl-0xxxx` features, which are the final binary's choice, and an NCCL
 //! older than 2.27 lacks them. Either way a world then simply has no window,
 //! and `nccl_symmetric` declines to plain NCCL.
+//!
+//! Registering is a collective, so no rank registers before every rank has
+//! said that it can ([`vote`]).
+
+pub(crate) mod vote;
 
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::{Arc, OnceLock};
@@ -100,24 +105,82 @@ pub(crate) fn window_size(bytes: u64) -> u64 {
         .saturating_mul(WINDOW_GRANULE)
 }
 
-/// Memory from `ncclMemAlloc` on one GPU, freed with `ncclMemFree` when
-/// dropped (after NCCL, which registered it, has ended; see
-/// `RankResources`' drop).
+/// Why NCCL in this process would register no symmetric window, from the
+/// environment NCCL reads (`var`: `std::env::var`, which after a
+/// communicator exists holds NCCL's configuration files too): windows
+/// switched off (`NCCL_WIN_ENABLE=0`), or the cuMem allocations they are made
+/// of (`NCCL_CUMEM_ENABLE=0`). Such a rank registers only locally and returns
+/// at once while its peers wait in the collective registration, so it must
+/// say so before anyone registers.
+pub(crate) fn switched_off(
+    var: impl Fn(&str) -> Option<String>,
+) -> std::result::Result<(), String> {
+    for (name, what) in [
+        ("NCCL_WIN_ENABLE", "NCCL registers no symmetric windows"),
+        (
+            "NCCL_CUMEM_ENABLE",
+            "symmetric windows are cuMem allocations",
+        ),
+    ] {
+        if let Some(value) = var(name)
+            && value.trim().parse::<i64>() == Ok(0)
+        {
+            return Err(format!("{name}={value} in this process ({what})"));
+        }
+    }
+    Ok(())
+}
+
+/// Device memory of one rank's window, freed when dropped (after NCCL, which
+/// registered it, has ended; see `RankResources`' drop): from `ncclMemAlloc`
+/// in a world with NCCL windows, plain device memory elsewhere (an engine's
+/// window where nothing is registered, see `RankComm::alloc_window`).
 pub(crate) struct WindowMemory {
     pub(crate) ptr: u64,
     pub(crate) bytes: u64,
     ctx: Arc<CudaContext>,
-    api: &'static Api,
+    /// `ncclMemFree`'s NCCL, or `None` for plain memory (`cuMemFree`).
+    api: Option<&'static Api>,
 }
 
 impl std::fmt::Debug for WindowMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "WindowMemory({:#x}, {} bytes)", self.ptr, self.bytes)
+        let kind = if self.api.is_some() {
+            "ncclMemAlloc"
+        } else {
+            "plain"
+        };
+        write!(
+            f,
+            "WindowMemory({kind}, {:#x}, {} bytes)",
+            self.ptr, self.bytes
+        )
     }
 }
 
 impl WindowMemory {
-    /// `bytes` (rounded up to [`WINDOW_GRANULE`]) on `ctx`'s GPU.
+    /// `bytes` of plain device memory on `ctx`'s GPU (rounded up to
+    /// [`WINDOW_GRANULE`] like an NCCL window, so that a window is as large
+    /// in every world).
+    pub(crate) fn plain(ctx: &Arc<CudaContext>, bytes: u64) -> Result<WindowMemory> {
+        let bytes = window_size(bytes);
+        let size = usize::try_from(bytes)
+            .map_err(|_| Error::Unsupported(format!("a window of {bytes} bytes")))?;
+        ctx.bind_to_thread()
+            .map_err(|e| Error::driver("binding the rank's context for a window", e))?;
+        // SAFETY: allocates on the bound context; freed once, in Drop.
+        let ptr = unsafe { cudarc::driver::result::malloc_sync(size) }
+            .map_err(|e| Error::driver(format!("allocating a window of {bytes} bytes"), e))?;
+        Ok(WindowMemory {
+            ptr,
+            bytes,
+            ctx: ctx.clone(),
+            api: None,
+        })
+    }
+
+    /// `bytes` (rounded up to [`WINDOW_GRANULE`]) from `ncclMemAlloc` on
+    /// `ctx`'s GPU.
     pub(crate) fn alloc(ctx: &Arc<CudaContext>, bytes: u64) -> Result<WindowMemory> {
         let api = api().map_err(Error::Unsupported)?;
         let bytes = window_size(bytes);
@@ -139,7 +202,7 @@ impl WindowMemory {
             ptr: ptr as u64,
             bytes,
             ctx: ctx.clone(),
-            api,
+            api: Some(api),
         })
     }
 
@@ -160,20 +223,31 @@ impl WindowMemory {
 impl Drop for WindowMemory {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_err() {
-            log::warn!("colltune: could not bind a context to free an NCCL window; leaking it");
+            log::warn!("colltune: could not bind a context to free a window; leaking it");
             return;
         }
-        // SAFETY: `ptr` came from ncclMemAlloc and nothing uses it any more.
-        let code = unsafe { (self.api.mem_free)(self.ptr as *mut c_void) };
-        if code != sys::ncclResult_t::ncclSuccess {
-            log::warn!("colltune: ncclMemFree of an NCCL window failed ({code:?})");
+        match self.api {
+            Some(api) => {
+                // SAFETY: `ptr` came from ncclMemAlloc and nothing uses it any more.
+                let code = unsafe { (api.mem_free)(self.ptr as *mut c_void) };
+                if code != sys::ncclResult_t::ncclSuccess {
+                    log::warn!("colltune: ncclMemFree of an NCCL window failed ({code:?})");
+                }
+            }
+            None => {
+                // SAFETY: `ptr` came from cuMemAlloc and nothing uses it any more.
+                if let Err(e) = unsafe { cudarc::driver::result::free_sync(self.ptr) } {
+                    log::warn!("colltune: freeing a window failed ({e:?})");
+                }
+            }
         }
     }
 }
 
-/// A window a rank registered. Its registration is never undone on its own
-/// (deregistering is a collective too): NCCL releases it when the
-/// communicator ends, and the memory is freed after that.
+/// A window of a rank: its staging window or one of the engine's. One from
+/// `ncclMemAlloc` is registered with NCCL, and its registration is never
+/// undone on its own (deregistering is a collective too): NCCL releases it
+/// when the communicator ends, and the memory is freed after that.
 #[derive(Debug)]
 pub(crate) struct Window {
     pub(crate) memory: WindowMemory,
@@ -191,5 +265,35 @@ mod tests {
         assert_eq!(window_size(64 << 20), 64 << 20);
         assert_eq!(window_size((64 << 20) + 1), 66 << 20);
         assert_eq!(window_size(u64::MAX), u64::MAX, "saturates, never wraps");
+    }
+
+    #[test]
+    fn a_process_with_windows_or_cumem_switched_off_says_so() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(switched_off(env(&[])), Ok(()));
+        assert_eq!(switched_off(env(&[("NCCL_WIN_ENABLE", "1")])), Ok(()));
+        assert_eq!(
+            switched_off(env(&[("NCCL_WIN_ENABLE", "0")])),
+            Err("NCCL_WIN_ENABLE=0 in this process (NCCL registers no symmetric windows)".into())
+        );
+        assert_eq!(
+            switched_off(env(&[
+                ("NCCL_WIN_ENABLE", "2"),
+                ("NCCL_CUMEM_ENABLE", " 0")
+            ])),
+            Err(
+                "NCCL_CUMEM_ENABLE= 0 in this process (symmetric windows are cuMem allocations)"
+                    .into()
+            )
+        );
+        // A value NCCL would not read as a number keeps its default (on).
+        assert_eq!(switched_off(env(&[("NCCL_WIN_ENABLE", "off")])), Ok(()));
     }
 }
