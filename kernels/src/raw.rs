@@ -17,7 +17,8 @@
 //!   ([`LaunchShape`]);
 //! - the NVRTC build of the CUDA sources ([`compile_for`],
 //!   [`compile_specialisation`], [`entry_names`], [`world_specialisations`]),
-//!   which the compile test checks for every architecture;
+//!   which the compile test checks for every architecture, and its cache
+//!   ([`Obtained`], [`nvrtc_compiles`], [`CACHE_DIR_ENV`]);
 //! - [`DriverContext`], which names the step a CUDA driver call failed in, and
 //!   [`fnv1a`], the hash the world's handshake uses.
 
@@ -28,7 +29,8 @@ pub use crate::ffi::{
     require_nvrtc,
 };
 pub use crate::module::{
-    CompiledKernels, compile_for, compile_specialisation, entry_names, world_specialisations,
+    CACHE_DIR_ENV, CompiledKernels, Obtained, compile_for, compile_specialisation, entry_names,
+    nvrtc_compiles, world_specialisations,
 };
 pub use crate::nccl::{call_stats as nccl_call_stats, nccl_version};
 pub use crate::peer::{PairLink, pair_link};

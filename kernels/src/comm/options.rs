@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::module::KernelCache;
 use crate::vocab::{Algo, Mode};
 
 /// Configuration of a world, fixed when it is built.
@@ -64,6 +65,15 @@ pub struct Options {
     /// default non-blocking mode turns into [`Error::Timeout`](crate::error::Error::Timeout).
     /// Default false.
     pub nccl_blocking: bool,
+    /// Where compiled kernels are kept between processes. NVRTC takes
+    /// seconds per build; a cached build is read in milliseconds. Default
+    /// [`KernelCache::FromEnv`]: `COLLTUNE_CACHE_DIR` (an absolute folder, or
+    /// `off`), else `$XDG_CACHE_HOME/colltune`, else `~/.cache/colltune`.
+    /// Whatever the setting, a process compiles each build at most once. A
+    /// cache that cannot be used (a folder the group or others can write, a
+    /// damaged entry) is logged and the kernels are compiled: the cache never
+    /// fails a world.
+    pub kernel_cache: KernelCache,
 }
 
 impl Default for Options {
@@ -78,6 +88,7 @@ impl Default for Options {
             sequence_start: 0,
             programmatic_launch: true,
             nccl_blocking: false,
+            kernel_cache: KernelCache::FromEnv,
         }
     }
 }
