@@ -160,6 +160,7 @@ fn every_program_of_ours_keeps_multicast_off_first_thing_in_main() {
     for expected in [
         "tuner/src/main.rs",
         "tuner/examples/multiprocess/main.rs",
+        "kernels/examples/startup.rs",
         "examples/candle-tp/src/main.rs",
     ] {
         assert!(
