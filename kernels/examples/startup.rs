@@ -261,3 +261,56 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Result<Args, String> {
+        parse(line.split_whitespace().map(String::from).collect())
+    }
+
+    #[test]
+    fn the_three_worlds_and_their_sizes() {
+        let one = args("one").unwrap();
+        assert_eq!((one.kind, one.world, one.builds), (Kind::One, 1, 1));
+        assert_eq!(one.cache, KernelCache::FromEnv);
+        let loopback = args("loopback 4").unwrap();
+        assert_eq!((loopback.kind, loopback.world), (Kind::Loopback, 4));
+        let processes = args("processes 2 --builds 3").unwrap();
+        assert_eq!(
+            (processes.kind, processes.world, processes.builds),
+            (Kind::Processes, 2, 3)
+        );
+        // The workers get the launcher's arguments as they were given.
+        assert_eq!(processes.raw, ["processes", "2", "--builds", "3"]);
+    }
+
+    #[test]
+    fn the_cache_folder_or_none() {
+        assert_eq!(
+            args("one --cache-dir /tmp/k").unwrap().cache,
+            KernelCache::Dir("/tmp/k".into())
+        );
+        assert_eq!(args("one --cache-dir off").unwrap().cache, KernelCache::Off);
+    }
+
+    #[test]
+    fn bad_command_lines_are_refused_with_the_usage() {
+        for bad in [
+            "",
+            "two",
+            "loopback",
+            "loopback 0",
+            "processes x",
+            "one --builds 0",
+            "one --cache-dir",
+            "one --colour red",
+        ] {
+            let err = args(bad)
+                .err()
+                .unwrap_or_else(|| panic!("`{bad}` was accepted"));
+            assert!(err.contains("usage: startup"), "`{bad}`: {err}");
+        }
+    }
+}
