@@ -13,6 +13,8 @@
 #                                   gpu_devices, gpu_processes, gpu_windows)
 #   .carry/bin/multiprocess         the one-process-per-rank example (gpu_processes drives it)
 #   .carry/bin/tuner                the tuner: `tuner bench`, and the sweep + verify + re-fit
+#   .carry/bin/startup              how long a World takes to build (kernels/examples/startup.rs,
+#                                   kernels/GPU.md "Start-up")
 #
 #   scripts/gpu-build.sh candle     # instead: the candle engine example
 #                                   # (examples/candle-tp/build-gpu.sh, into .carry/candle/)
@@ -46,13 +48,15 @@ test_executables() {
     done
 
 cargo build -p colltune-tuner --release --bin tuner --example multiprocess
+cargo build -p colltune-kernels --release --example startup
 target_dir=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | sed -e 's/.*:"//' -e 's/"$//')
 cp "$target_dir/release/tuner" "$out/tuner"
 cp "$target_dir/release/examples/multiprocess" "$out/multiprocess"
+cp "$target_dir/release/examples/startup" "$out/startup"
 
 # Keep the carry small: drop debug info (symbols stay for backtraces).
 if command -v strip >/dev/null; then
-  strip --strip-debug "$out"/tests/* "$out/multiprocess" "$out/tuner"
+  strip --strip-debug "$out"/tests/* "$out/multiprocess" "$out/tuner" "$out/startup"
 fi
 
 for name in kernels_unit nvrtc_compile gpu_loopback gpu_devices gpu_processes gpu_windows; do

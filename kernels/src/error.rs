@@ -24,7 +24,9 @@ pub enum Error {
     /// An NCCL call failed.
     Nccl { what: String, code: String },
     /// A rank's kernel waited longer than the configured timeout for a peer
-    /// (device-side), or its stream did not drain in time (host-side).
+    /// (device-side), or its stream did not drain in time (host-side). The
+    /// message names the `Options` bound to raise when a healthy peer can be
+    /// that late.
     Timeout {
         rank: usize,
         /// The rank it was waiting for, when the device knows it.
@@ -95,7 +97,12 @@ impl fmt::Display for Error {
                 write!(
                     f,
                     " (a peer never launched the matching call, or ranks issued different \
-                     sequences of collectives); this world is unusable now: build a new one"
+                     sequences of collectives); this world is unusable now: build a new one. \
+                     If a healthy peer can be this late (a first call that loads or compiles \
+                     modules, a paused process), build it with a larger bound: \
+                     Options::timeout bounds a kernel's wait for a peer, \
+                     Options::drain_timeout a wait for a stream, Options::join_timeout forming \
+                     a world and NCCL still connecting"
                 )
             }
             Error::Mismatch(what) => write!(f, "mismatched arguments: {what}"),

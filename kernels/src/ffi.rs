@@ -1,6 +1,7 @@
-//! The bottom layer: whether the CUDA libraries can be loaded, and the few raw
+//! The bottom layer: whether the CUDA libraries can be loaded, the few raw
 //! driver calls cudarc's safe API lacks (plain allocations, 32-bit memsets, peer
-//! access, P2P attributes). cudarc loads libraries lazily and panics when one is
+//! access, P2P attributes), and how colltune's own programs keep NCCL off
+//! NVLink multicast ([`NVLS_ENV`]). cudarc loads libraries lazily and panics when one is
 //! missing, so every entry point of this crate checks presence first and turns
 //! absence into [`Error::MissingLibrary`] with a fix.
 
@@ -74,7 +75,7 @@ pub fn require_nvrtc() -> Result<()> {
 /// NCCL (`libnccl.so.2`), needed by worlds that run NCCL.
 pub fn require_nccl() -> Result<()> {
     if presence::nccl() {
-        multicast_off()
+        Ok(())
     } else {
         Err(Error::MissingLibrary {
             lib: "libnccl.so.2 (NCCL)",
@@ -294,38 +295,75 @@ pub(crate) fn mem_allocation_size(ptr: sys::CUdeviceptr) -> Result<usize> {
 
 /// The variable NCCL reads, once per process at its first initialisation, to
 /// decide whether it may use NVLink multicast (NVLS).
+///
+/// This crate neither reads nor writes it: whether the engine's NCCL uses
+/// NVLS is the engine's choice, and writing the environment of a process
+/// whose other threads may read it is undefined behaviour. colltune's own
+/// programs keep it at 0 ([`keep_multicast_off`]), because on the shared
+/// machines this project runs on, NVLS can take a host's GPUs out of service.
 pub const NVLS_ENV: &str = "NCCL_NVLS_ENABLE";
 
-/// What to do with `NCCL_NVLS_ENABLE` as found: `Ok(true)` to set it to 0,
-/// `Ok(false)` when it already is, an error when it asks for multicast, which
-/// this crate never lets NCCL use (it can take a shared host's GPUs out of
-/// service).
+/// What colltune's own programs do with `NCCL_NVLS_ENABLE` as found:
+/// `Ok(true)` to set it to 0, `Ok(false)` when it already is, an error when it
+/// asks for multicast.
 pub fn nvls_decision(current: Option<&str>) -> Result<bool> {
     match current.map(str::trim) {
         None => Ok(true),
         Some("0") => Ok(false),
         Some(other) => Err(Error::Unsupported(format!(
-            "{NVLS_ENV}={other}: kernels never lets NCCL use NVLink multicast (NVLS); unset \
-             {NVLS_ENV} or set it to 0"
+            "{NVLS_ENV}={other}: colltune's own programs never let NCCL use NVLink multicast \
+             (NVLS), which can take a shared host's GPUs out of service; unset {NVLS_ENV} or \
+             set it to 0"
         ))),
     }
 }
 
-/// Makes sure NCCL runs without NVLink multicast: sets `NCCL_NVLS_ENABLE=0`
-/// before this crate's first NCCL call when it is unset (NCCL reads it once,
-/// when it first initialises), and refuses a process that asked for
-/// multicast. Checked on every call that reaches NCCL ([`require_nccl`]).
-pub fn multicast_off() -> Result<()> {
-    static SET: std::sync::Once = std::sync::Once::new();
-    let current = std::env::var(NVLS_ENV).ok();
-    if nvls_decision(current.as_deref())? {
-        SET.call_once(|| {
-            // SAFETY: once per process, before this crate's first NCCL call,
-            // so NCCL's own threads do not exist yet. An engine whose other
-            // threads read the environment while it builds its first world
-            // sets NCCL_NVLS_ENABLE=0 itself, and then nothing is written.
-            unsafe { std::env::set_var(NVLS_ENV, "0") };
-        });
+/// For colltune's own programs (the tuner, the examples), first thing in
+/// `main`: sets `NCCL_NVLS_ENABLE=0` when it is unset, so that no NCCL
+/// communicator of the process uses NVLink multicast, and refuses a process
+/// that asked for multicast. The library never calls it.
+///
+/// # Safety
+///
+/// It writes the process environment: no other thread may exist yet (call
+/// it before anything starts one).
+pub unsafe fn keep_multicast_off() -> Result<()> {
+    if nvls_decision(std::env::var(NVLS_ENV).ok().as_deref())? {
+        // SAFETY: the caller guarantees this is the process's only thread.
+        unsafe { std::env::set_var(NVLS_ENV, "0") };
     }
     Ok(())
+}
+
+/// For colltune's GPU test binaries, whose harness starts threads before any
+/// test runs (so they cannot write the environment): an error unless
+/// `NCCL_NVLS_ENABLE=0` (`scripts/gpu-run.sh` sets it).
+pub fn require_multicast_off() -> Result<()> {
+    match nvls_decision(std::env::var(NVLS_ENV).ok().as_deref())? {
+        false => Ok(()),
+        true => Err(Error::Unsupported(format!(
+            "{NVLS_ENV} is unset: colltune's GPU tests run with {NVLS_ENV}=0 (never NVLink \
+             multicast); run them through scripts/gpu-run.sh or set it"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_programs_set_an_unset_nvls_to_zero_and_refuse_multicast() {
+        assert!(nvls_decision(None).unwrap());
+        assert!(!nvls_decision(Some("0")).unwrap());
+        assert!(!nvls_decision(Some(" 0 ")).unwrap());
+        for asked in ["1", "2", "", "yes"] {
+            let refused = nvls_decision(Some(asked)).unwrap_err().to_string();
+            assert!(
+                refused.starts_with(&format!("unsupported: NCCL_NVLS_ENABLE={asked}: ")),
+                "{refused}"
+            );
+            assert!(refused.contains("set it to 0"), "{refused}");
+        }
+    }
 }

@@ -26,7 +26,8 @@
 //!   processes; `peer`: peer access and link detection; `rendezvous`:
 //!   exchanging bytes between the processes of a world (NCCL or files);
 //! - `module`: the CUDA sources (`kernels/cuda/*.cu`), compiled once per
-//!   process, architecture and world size (`CT_WORLD`); `protocol`: pure host
+//!   process, architecture and world size (`CT_WORLD`) and kept on disk
+//!   between processes ([`KernelCache`]); `protocol`: pure host
 //!   logic (the algorithm registry, buffer layout, counters, decline rules,
 //!   launch shapes), unit-tested on the CPU;
 //! - `algorithms`: the one launch of a collective kernel (its argument block,
@@ -105,6 +106,7 @@ pub use cudarc;
 pub use device::{open_device, visible_gpus};
 pub use element::Element;
 pub use error::{Error, Result};
+pub use module::{KernelCache, KernelOrigin, KernelStartup};
 pub use nccl::NcclId;
 pub use protocol::decline::Decline;
 pub use rendezvous::{FileRendezvous, Rendezvous};

@@ -1,17 +1,25 @@
-//! The CUDA sources, compiled with NVRTC for the exact architecture of a GPU once
-//! per process, and loaded into each context that runs them.
+//! The CUDA sources, compiled with NVRTC for the exact architecture of a GPU,
+//! kept on disk between processes (`cache`) and in memory for the life of the
+//! process, and loaded into each context that runs them.
 //!
 //! [`compile_for`] is what both the runtime and the CI compile test use: it needs
 //! NVRTC but no GPU, and compiles for a real `sm_XX` target so the assembler runs
 //! (a PTX-only compile would hide ptxas errors until a GPU loads the module).
 
+mod cache;
+
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::{Ptx, result as nvrtc, sys as nvrtc_sys};
 
+pub use self::cache::{CACHE_DIR_ENV, KernelCache};
+use self::cache::{CacheKey, DiskCache, Entry, KeyInputs};
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
 use crate::protocol::cuda_prelude;
@@ -182,36 +190,188 @@ pub fn nvrtc_target(arch: Arch) -> String {
     format!("sm_{}{}", arch.major, arch.minor)
 }
 
-/// Compiles the kernels for `arch` and a world of `world` ranks, once per
-/// process and (architecture, world specialisation); later calls return the
-/// cached result. Needs NVRTC, not a GPU.
-pub fn compile_for(arch: Arch, world: usize) -> Result<Arc<CompiledKernels>> {
-    compile_specialisation(arch, world_specialisation(world))
+/// Every option of the compile for `arch`, its target last.
+fn nvrtc_options(arch: Arch) -> Vec<String> {
+    NVRTC_OPTIONS
+        .iter()
+        .map(|option| option.to_string())
+        .chain([format!("--gpu-architecture={}", nvrtc_target(arch))])
+        .collect()
 }
 
-/// Compiles the build `CT_WORLD = world_spec` for `arch` (cached like
-/// [`compile_for`]).
-pub fn compile_specialisation(arch: Arch, world_spec: u32) -> Result<Arc<CompiledKernels>> {
+/// How a build's kernels were obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelOrigin {
+    /// NVRTC compiled them for this request.
+    Compiled,
+    /// They were read from the disk cache ([`KernelCache`]).
+    DiskCache,
+    /// This process had them already (an earlier world, or another rank).
+    Process,
+}
+
+impl KernelOrigin {
+    pub fn describe(self) -> &'static str {
+        match self {
+            KernelOrigin::Compiled => "compiled with NVRTC",
+            KernelOrigin::DiskCache => "read from the disk cache",
+            KernelOrigin::Process => "already in this process",
+        }
+    }
+}
+
+/// A build's kernels, ready to load, and what getting them cost.
+#[derive(Clone, Debug)]
+pub struct Obtained {
+    pub kernels: Arc<CompiledKernels>,
+    pub origin: KernelOrigin,
+    /// From the request to the kernels in hand: the compile (and writing
+    /// the cache entry), or reading the entry, or a lookup in this process;
+    /// assembling the source and hashing the key included.
+    pub took: Duration,
+}
+
+/// What a rank's kernels cost at start-up
+/// ([`RankComm::kernel_startup`](crate::RankComm::kernel_startup)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelStartup {
+    pub origin: KernelOrigin,
+    /// Getting the image (see [`Obtained::took`]).
+    pub obtain: Duration,
+    /// Loading it into the rank's context and finding its kernels
+    /// (`cuModuleLoadData`, one lookup and one occupancy query per kernel).
+    pub load: Duration,
+}
+
+/// NVRTC compiles this process has run (what a warm cache saves).
+pub fn nvrtc_compiles() -> u64 {
+    NVRTC_COMPILES.load(Ordering::Relaxed)
+}
+
+static NVRTC_COMPILES: AtomicU64 = AtomicU64::new(0);
+
+/// The kernels for `arch` and a world of `world` ranks: from this process's
+/// memory, else from the disk cache `cache` names, else compiled with NVRTC
+/// (and written to that cache). Needs NVRTC, not a GPU.
+pub fn compile_for(arch: Arch, world: usize, cache: &KernelCache) -> Result<Obtained> {
+    compile_specialisation(arch, world_specialisation(world), cache)
+}
+
+/// The build `CT_WORLD = world_spec` for `arch`, obtained like
+/// [`compile_for`].
+pub fn compile_specialisation(
+    arch: Arch,
+    world_spec: u32,
+    cache: &KernelCache,
+) -> Result<Obtained> {
     type Slot = Arc<Mutex<Option<Arc<CompiledKernels>>>>;
-    static CACHE: OnceLock<Mutex<HashMap<(Arch, u32), Slot>>> = OnceLock::new();
+    /// A build and the cache folder it was asked for.
+    type Build = (CacheKey, Option<PathBuf>);
+    static MEMORY: OnceLock<Mutex<HashMap<Build, Slot>>> = OnceLock::new();
+    let start = Instant::now();
     ffi::require_nvrtc()?;
-    // One slot per build: the map's lock is held only to find the slot, and
-    // the slot's lock while compiling, so concurrent first calls for one build
-    // compile once and a cached build never waits for another being compiled.
-    let slot = CACHE
+    let source = kernel_source(world_spec)?;
+    let options = nvrtc_options(arch);
+    let key = CacheKey::new(&KeyInputs {
+        crate_version: env!("CARGO_PKG_VERSION"),
+        nvrtc_version: nvrtc_version(arch)?,
+        options: &options,
+        source: &source,
+    });
+    let folder = cache::folder(cache, |name| std::env::var_os(name)).unwrap_or_else(|why| {
+        log::warn!("colltune: {why}; the kernel cache is off and every process compiles");
+        None
+    });
+    // One slot per build and cache folder (a process that names another
+    // folder reads that folder): the map's lock is held only to find the
+    // slot, the slot's lock while obtaining, so concurrent first calls for
+    // one build compile once and a build in hand never waits for another.
+    let slot = MEMORY
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .entry((arch, world_spec))
+        .entry((key, folder.clone()))
         .or_default()
         .clone();
     let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let what = format!("kernels for {arch} (CT_WORLD {world_spec})");
     if let Some(hit) = &*slot {
-        return Ok(hit.clone());
+        log::debug!("colltune: {what} already in this process");
+        return Ok(Obtained {
+            kernels: hit.clone(),
+            origin: KernelOrigin::Process,
+            took: start.elapsed(),
+        });
     }
-    let compiled = Arc::new(compile_uncached(arch, world_spec)?);
-    *slot = Some(compiled.clone());
-    Ok(compiled)
+    let disk = folder
+        .map(|dir| DiskCache::open(&dir))
+        .transpose()
+        .unwrap_or_else(|why| {
+            log::warn!("colltune: {why}; the kernel cache is not used and every process compiles");
+            None
+        });
+    let cached = disk.as_ref().and_then(|disk| match disk.load(&key) {
+        Ok(found) => found,
+        Err(why) => {
+            log::info!("colltune: ignoring kernel cache entry {why}; compiling");
+            None
+        }
+    });
+    let (kernels, origin) = match cached {
+        Some(Entry { cubin, ptx, log }) => {
+            let kernels = CompiledKernels {
+                arch,
+                world_spec,
+                cubin,
+                ptx,
+                log,
+            };
+            let took = start.elapsed().as_secs_f64();
+            log::info!("colltune: {what} read from the kernel cache in {took:.3} s");
+            (kernels, KernelOrigin::DiskCache)
+        }
+        None => {
+            let kernels = compile_uncached(arch, world_spec, &source, &options)?;
+            let saved = match &disk {
+                None => "the disk cache is off".to_string(),
+                Some(disk) => {
+                    let entry = Entry {
+                        cubin: kernels.cubin.clone(),
+                        ptx: kernels.ptx.clone(),
+                        log: kernels.log.clone(),
+                    };
+                    match disk.store(&key, &entry) {
+                        Ok(path) => format!("cached as {}", path.display()),
+                        Err(why) => format!("not cached: {why}"),
+                    }
+                }
+            };
+            let took = start.elapsed().as_secs_f64();
+            log::info!("colltune: {what} compiled with NVRTC in {took:.3} s; {saved}");
+            (kernels, KernelOrigin::Compiled)
+        }
+    };
+    let kernels = Arc::new(kernels);
+    *slot = Some(kernels.clone());
+    Ok(Obtained {
+        kernels,
+        origin,
+        took: start.elapsed(),
+    })
+}
+
+/// NVRTC's (major, minor) version.
+fn nvrtc_version(arch: Arch) -> Result<(i32, i32)> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: writes two ints; NVRTC is loaded (require_nvrtc).
+    unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| Error::Nvrtc {
+            arch,
+            message: format!("nvrtcVersion: {e:?}"),
+            log: String::new(),
+        })?;
+    Ok((major, minor))
 }
 
 /// Destroys an NVRTC program when dropped, whatever happens in between.
@@ -224,20 +384,23 @@ impl Drop for Program {
     }
 }
 
-fn compile_uncached(arch: Arch, world_spec: u32) -> Result<CompiledKernels> {
+fn compile_uncached(
+    arch: Arch,
+    world_spec: u32,
+    source: &str,
+    options: &[String],
+) -> Result<CompiledKernels> {
+    NVRTC_COMPILES.fetch_add(1, Ordering::Relaxed);
     let nvrtc_error = |message: String, log: String| Error::Nvrtc { arch, message, log };
-    let source =
-        CString::new(kernel_source(world_spec)?).expect("the kernel sources contain no NUL");
+    let source = CString::new(source).expect("the kernel sources contain no NUL");
     let prog = Program(
         nvrtc::create_program(&source, Some(c"colltune_collectives.cu"))
             .map_err(|e| nvrtc_error(format!("nvrtcCreateProgram: {e:?}"), String::new()))?,
     );
-    let target = format!("--gpu-architecture={}", nvrtc_target(arch));
-    let mut options: Vec<&str> = NVRTC_OPTIONS.to_vec();
-    options.push(&target);
+    let target = options.last().expect("the target is the last option");
 
     // SAFETY: `prog` is live; options are plain strings.
-    let compiled = unsafe { nvrtc::compile_program(prog.0, &options) };
+    let compiled = unsafe { nvrtc::compile_program(prog.0, options) };
     // SAFETY: `prog` is live.
     let log = unsafe { nvrtc::get_program_log(prog.0) }
         .map(|raw| c_chars_to_string(&raw))
@@ -317,21 +480,25 @@ pub struct KernelSet {
     blocks_per_sm: u32,
     /// That kernel, for messages.
     heaviest: String,
+    /// What getting and loading them cost.
+    startup: KernelStartup,
     _module: Arc<CudaModule>,
 }
 
 impl KernelSet {
-    /// Loads the compiled kernels into `ctx` and measures how many blocks of
+    /// Loads the obtained kernels into `ctx` and measures how many blocks of
     /// `threads` threads of each kernel one SM holds (at least one, or this
     /// fails). `programmatic_launch` asks for programmatic dependent launch,
     /// which only sm_90 and later have (see
     /// [`Options::programmatic_launch`](crate::Options::programmatic_launch)).
     pub fn load(
         ctx: &Arc<CudaContext>,
-        compiled: &CompiledKernels,
+        obtained: &Obtained,
         threads: u32,
         programmatic_launch: bool,
     ) -> Result<KernelSet> {
+        let start = Instant::now();
+        let compiled = &obtained.kernels;
         let module = ctx
             .load_module(Ptx::from_binary(compiled.cubin.clone()))
             .during("loading the collective kernels (cuModuleLoadData)")?;
@@ -360,8 +527,18 @@ impl KernelSet {
             programmatic: programmatic_launch && compiled.arch >= Arch::SM90,
             blocks_per_sm: heaviest.0,
             heaviest: heaviest.1,
+            startup: KernelStartup {
+                origin: obtained.origin,
+                obtain: obtained.took,
+                load: start.elapsed(),
+            },
             _module: module,
         })
+    }
+
+    /// What getting and loading these kernels cost.
+    pub fn startup(&self) -> KernelStartup {
+        self.startup
     }
 
     /// Blocks of the heaviest kernel one SM holds at once, and which kernel

@@ -37,6 +37,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: first thing in main, before any thread exists.
+    if let Err(why) = unsafe { kernels::raw::keep_multicast_off() } {
+        eprintln!("tuner: {why}");
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
     if let Err(why) = tuner::logging::init() {
         eprintln!("tuner: {why}");

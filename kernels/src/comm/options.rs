@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::module::KernelCache;
 use crate::vocab::{Algo, Mode};
 
 /// Configuration of a world, fixed when it is built.
@@ -9,10 +10,17 @@ use crate::vocab::{Algo, Mode};
 pub struct Options {
     /// Bound on every device-side wait for a peer. A rank whose peer does not
     /// arrive within it records a fault that [`RankComm::check`](super::RankComm::check)
-    /// returns as [`Error::Timeout`](crate::error::Error::Timeout). Default 1 s: far
-    /// above a healthy wait, including processes that share one GPU, whose
-    /// contexts are time-sliced (about 2.2 ms per exchange on an H200), and short
-    /// enough that a dead peer is reported quickly.
+    /// returns as [`Error::Timeout`](crate::error::Error::Timeout), and the world
+    /// is unusable from then on. Default 10 s, chosen from the GPU's worst
+    /// honest call: the slowest call measured on an H200 takes
+    /// 4.9 ms (the loopback reference collective, 16 MiB in a world of 8 ranks
+    /// sharing the GPU), and processes that share a GPU are time-sliced at
+    /// about 2.2 ms per exchange. What can keep a healthy peer away far longer
+    /// is its host: a first call that loads or JIT-compiles the engine's own
+    /// modules, a page-in, a descheduled thread. Ten seconds leave those room
+    /// (a default below 5 s would not) and still report a dead peer within
+    /// seconds. An engine whose ranks can drift further apart raises it; the
+    /// error names this field.
     pub timeout: Duration,
     /// Bound on how long [`RankComm::check`](super::RankComm::check) waits for a stream
     /// to drain (catches hangs the kernels cannot bound, e.g. an NCCL peer that
@@ -64,12 +72,21 @@ pub struct Options {
     /// default non-blocking mode turns into [`Error::Timeout`](crate::error::Error::Timeout).
     /// Default false.
     pub nccl_blocking: bool,
+    /// Where compiled kernels are kept between processes. NVRTC takes
+    /// seconds per build; a cached build is read in milliseconds. Default
+    /// [`KernelCache::FromEnv`]: `COLLTUNE_CACHE_DIR` (an absolute folder, or
+    /// `off`), else `$XDG_CACHE_HOME/colltune`, else `~/.cache/colltune`.
+    /// Whatever the setting, a process compiles each build at most once. A
+    /// cache that cannot be used (a folder the group or others can write, a
+    /// damaged entry) is logged and the kernels are compiled: the cache never
+    /// fails a world.
+    pub kernel_cache: KernelCache,
 }
 
 impl Default for Options {
     fn default() -> Options {
         Options {
-            timeout: Duration::from_secs(1),
+            timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(60),
             blocks: None,
             threads: None,
@@ -78,6 +95,7 @@ impl Default for Options {
             sequence_start: 0,
             programmatic_launch: true,
             nccl_blocking: false,
+            kernel_cache: KernelCache::FromEnv,
         }
     }
 }
@@ -121,7 +139,10 @@ mod tests {
     #[test]
     fn defaults_bound_every_wait() {
         let o = Options::default();
-        assert_eq!(o.timeout, Duration::from_secs(1));
+        // A peer's wait is never bounded below 5 s by default: a healthy peer
+        // whose host pauses for a second must not end the world.
+        assert_eq!(o.timeout, Duration::from_secs(10));
+        assert!(o.timeout >= Duration::from_secs(5));
         assert!(o.drain_timeout > o.timeout);
         assert!(o.blocks.is_none() && o.threads.is_none() && o.log_declines);
         assert!(o.join_timeout > o.timeout);

@@ -544,7 +544,7 @@ fn prepare(
             staging_half_bytes: 0,
         }
     };
-    let compiled = module::compile_for(arch, world)?;
+    let compiled = module::compile_for(arch, world, &options.kernel_cache)?;
     let kernels = Arc::new(KernelSet::load(
         ctx,
         &compiled,

@@ -12,7 +12,7 @@ use super::setup::{arch_of, block_size, check_world_size, launch_shape, sm_count
 use super::symmetric::register_rank_windows;
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
-use crate::module::{self, KernelSet};
+use crate::module::{self, KernelSet, KernelStartup};
 use crate::nccl::NcclComm;
 use crate::peer;
 use crate::protocol::launch::{LaunchShape, Placement};
@@ -57,7 +57,7 @@ impl World {
         let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
         let plan = BufferPlan::new(&caps, world_size, fallback == Fallback::LoopbackReference)
             .map_err(Error::Unsupported)?;
-        let compiled = module::compile_for(arch, world_size)?;
+        let compiled = module::compile_for(arch, world_size, &options.kernel_cache)?;
         let kernels = Arc::new(KernelSet::load(
             &ctx,
             &compiled,
@@ -167,7 +167,7 @@ impl World {
                 staging_half_bytes: 0,
             }
         };
-        let compiled = module::compile_for(arch, world_size)?;
+        let compiled = module::compile_for(arch, world_size, &options.kernel_cache)?;
         let kernel_sets = contexts
             .iter()
             .map(|ctx| {
@@ -229,6 +229,17 @@ impl World {
         options: Options,
     ) -> Result<RankComm> {
         super::process::build(stream, spec, options)
+    }
+}
+
+impl RankComm {
+    /// What this rank's kernels cost when its world was built: whether they
+    /// were compiled with NVRTC, read from the disk cache
+    /// ([`Options::kernel_cache`]) or already in this process, and how long
+    /// getting and loading them took. The world's constructors log the same
+    /// at `info` level.
+    pub fn kernel_startup(&self) -> KernelStartup {
+        self.res.kernels.startup()
     }
 }
 

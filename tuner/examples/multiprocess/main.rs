@@ -210,6 +210,12 @@ pub struct Cli {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: first thing in main, before any thread exists. Workers inherit
+    // the launcher's environment and check it again.
+    if let Err(why) = unsafe { kernels::raw::keep_multicast_off() } {
+        eprintln!("multiprocess: {why}");
+        return ExitCode::from(code::ERROR);
+    }
     let cli = Cli::parse();
     let code = if std::env::var_os(env::WORKER).is_some() {
         worker::run(&cli)

@@ -181,7 +181,11 @@ fn form(cli: &Cli, place: &Place) -> Result<(RankComm, Duration), Failure> {
     let stream = ctx.new_stream()?;
     // Compiled (and cached in this process) before joining, so that the
     // time to join is the time the world takes to form.
-    kernels::raw::compile_for(kernels::raw::arch_of(&ctx)?, place.world)?;
+    kernels::raw::compile_for(
+        kernels::raw::arch_of(&ctx)?,
+        place.world,
+        &options_of(cli).kernel_cache,
+    )?;
     let join = match place.join.as_str() {
         "files" => Join::Files(place.dir.join("world")),
         _ => Join::Nccl(share_nccl_id(place)?),

@@ -31,6 +31,7 @@ pub fn skipped(test: &str, needs: usize, visible: usize) {
 /// their work on the ranks' streams themselves, and graphs require it).
 /// Panics with a clear message when there is no usable GPU.
 pub fn gpu() -> Arc<CudaContext> {
+    require_multicast_off();
     if let Err(e) = kernels::raw::require_driver() {
         panic!("{NEEDS_GPU}: {e}");
     }
@@ -49,7 +50,18 @@ pub fn gpu() -> Arc<CudaContext> {
 }
 
 pub fn device_count() -> usize {
+    require_multicast_off();
     CudaContext::device_count().map(|n| n as usize).unwrap_or(0)
+}
+
+/// Every GPU test starts here (through [`gpu`] or [`device_count`]): this
+/// project's runs never let NCCL use NVLink multicast, and a test binary
+/// cannot set `NCCL_NVLS_ENABLE` safely once its harness runs threads, so
+/// it refuses to run without it.
+pub fn require_multicast_off() {
+    if let Err(e) = kernels::raw::require_multicast_off() {
+        panic!("{e}");
+    }
 }
 
 /// A captured graph moved into a rank's thread and back. Graphs are not tied
