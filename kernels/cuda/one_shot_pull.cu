@@ -41,10 +41,9 @@ __device__ __forceinline__ void one_shot_pull(const CollArgs& a) {
     // dealing for this kernel, which pays a barrier in every block with work).
     const u64 first = first_unit<W>(a);
     const u64 stride = thread_stride();
-    const UnitOutputs outputs = one_shot_outputs(a, !REDUCE);
     const CallState& state = begin_call(ctrl_of(a, a.rank));
     if (state.poisoned) {
-        mark_failed(a, outputs, first, stride);
+        mark_failed(a, one_shot_outputs(a, !REDUCE), first, stride);
         return;
     }
     save_pull_state(ctrl_of(a, a.rank), state, 1u, 1u);
@@ -60,18 +59,23 @@ __device__ __forceinline__ void one_shot_pull(const CollArgs& a) {
         use_step(s, v, [&](u64 i, const Pack& p) { st_pack((char*)staged(a.rank, i), p); });
     }
 
-    // 2. Barrier, with the call handshake.
+    // 2. Barrier (block 0: with the call handshake).
     if (!block_has_work<W>(a, packs)) return;
-    if (!block_barrier<W>(a, state.seq + 1u, CT_KERNEL_ONE_SHOT_PULL, CT_PHASE_BARRIER_1, true, state.calls)) {
-        mark_failed(a, outputs, first, stride);
+    if (!block_barrier<W>(a, state.seq + 1u, CT_KERNEL_ONE_SHOT_PULL, CT_PHASE_BARRIER_1, blockIdx.x == 0,
+                          state.calls)) {
+        mark_failed(a, one_shot_outputs(a, !REDUCE), first, stride);
         return;
     }
-    // 3. Read every rank's half.
-    for (u64 base = first; base < packs; base += stride * UNROLL)
-        receive_step<W, UNROLL, false>(
+    // 3. Read every rank's half (the other blocks check the peers' calls
+    //    before they use it).
+    bool ok = true;
+    for (u64 base = first; ok && base < packs; base += stride * UNROLL)
+        ok = receive_step<W, UNROLL, false>(
             a, Step{base, stride, packs}, CT_KERNEL_ONE_SHOT_PULL,
+            PeerCheck{blockIdx.x != 0 && base == first, state.calls},
             [&](u64 i) { return ld_pack_sys(staged(a.rank, i)); }, staged,
             [&](u64 i, const Pack (&r)[World<W>::SLOTS]) { store_result<W, E, REDUCE>(a, i, r); });
+    if (!ok) mark_failed(a, one_shot_outputs(a, !REDUCE), first, stride);
 }
 
 CT_KERNEL colltune_one_shot_pull_all_reduce_bf16(const CollArgs a) { one_shot_pull<kWorld, Bf16, true>(a); }

@@ -199,19 +199,6 @@ __device__ __forceinline__ UnitOutputs two_shot_outputs(const CollArgs& a, u64 s
     return UnitOutputs{shard, a.world, shard, a.bytes / 16u};
 }
 
-// The end of a block's part of a call: whether every thread of the block
-// finished it (`ok`: its waits ended in data, its handshake agreed). If any
-// did not, every thread marks the output of its units, so the block's whole
-// share is marked, not only the words of the threads that saw the fault: a
-// block's words computed before a peer's mismatch was seen are not results.
-// Only for blocks with units: a barrier every thread of the block reaches.
-__device__ __forceinline__ bool finish_block(const CollArgs& a, const UnitOutputs& u, bool ok, u64 first,
-                                             u64 stride) {
-    if (__syncthreads_and(ok)) return true;
-    mark_failed(a, u, first, stride);
-    return false;
-}
-
 // ---------------------------------------------------------------------------
 // Which thread takes which unit
 // ---------------------------------------------------------------------------
@@ -353,6 +340,134 @@ __device__ __forceinline__ void rearm_previous(const CollArgs& a, const CallStat
 }
 
 // ---------------------------------------------------------------------------
+// Call handshake: every rank makes the same call in the same slot
+// ---------------------------------------------------------------------------
+
+// Ranks must issue the same sequence of collectives (collective, algorithm,
+// dtype, size). A rank that does not would otherwise read a peer's data as if
+// it were its own call's (garbage), or wait for data that never comes (a bare
+// timeout). So block 0 of every call (block 0 always has work) tells each
+// peer what it is calling: one thread per peer stores this rank's mailbox
+// value into slot `rank` of the peer's mailbox, and checks the peer's slot of
+// its own (in the barrier algorithms barrier thread t, for peer t, inside the
+// first barrier; in the Lamport algorithms one of block 0's last `world`
+// threads, which small messages give no data, before any wait for data), so a
+// mismatch is found even when no data of the peer's call ever comes.
+//
+// And no thread uses a peer's data unchecked: a thread whose data comes from
+// a peer outside a checked barrier (every thread of the Lamport algorithms,
+// the threads of the barrier algorithms' other blocks) loads the peers'
+// mailbox values with its first step's data, from its own rank's mailbox, and
+// compares them once the data is there, before it uses any (PeerCalls). Data
+// a peer forwards (a two-shot algorithm's reduced shards) was checked by the
+// thread that sent it. So a mismatched call never computes from the wrong
+// data: the threads that would mark their output instead.
+//
+// A mailbox value is the call signature the host computed (protocol::
+// signature: algorithm, collective, dtype, bytes, with a bit that makes it
+// non-zero) with the low 8 bits of the call count on top (every block of a
+// rank counts every call, so all blocks agree on it). While any thread of a
+// rank runs call k, every peer has sent its value of call k - 1 at least
+// (this rank's block 0 finished call k - 1 only after seeing it) and of call
+// k + 1 at most (a peer finishes call k only after its block 0 saw this
+// rank's value of call k, and cannot finish call k + 1 before this rank sends
+// its value of it, in the next kernel). So 8 bits tell the previous, the same
+// and the next call apart: an older value has not arrived yet; a newer one
+// means the peer finished this call, which it could only do after checking
+// this rank's value of it, so the two were equal.
+
+/// No peer: this thread takes no part in the handshake.
+#define CT_NO_PEER 0xffffffffu
+
+__device__ __forceinline__ u64 mailbox_value(const CollArgs& a, u32 calls) {
+    return ((u64)(calls & 0xffu) << 56) | a.call_sig;
+}
+
+// Rank `owner`'s mailbox slot written by rank `source`.
+__device__ __forceinline__ u64* mailbox_slot(const CollArgs& a, u32 owner, u32 source) {
+    return ctrl_u64(ctrl_of(a, owner), CT_CTRL_MAILBOX) + source;
+}
+
+// The peer this thread handshakes with in a Lamport algorithm: thread
+// blockDim - world + p of block 0 takes peer p (every block has at least
+// CT_MAX_WORLD threads: protocol::launch). CT_NO_PEER for every other thread.
+template <int W>
+__device__ __forceinline__ u32 lamport_handshake_peer(const CollArgs& a) {
+    const u32 world = World<W>::size(a);
+    if (blockIdx.x != 0 || world < 2u || threadIdx.x < blockDim.x - world) return CT_NO_PEER;
+    const u32 peer = threadIdx.x - (blockDim.x - world);
+    return peer == a.rank ? CT_NO_PEER : peer;
+}
+
+__device__ __forceinline__ void handshake_send(const CollArgs& a, u32 peer, u32 calls) {
+    st_u64_relaxed_sys(mailbox_slot(a, peer, a.rank), mailbox_value(a, calls));
+}
+
+__device__ __forceinline__ u64 handshake_peek(const CollArgs& a, u32 peer) {
+    return ld_u64_relaxed_sys(mailbox_slot(a, a.rank, peer));
+}
+
+// -1: the peer's value of this call has not arrived; 0: agreed (or the peer
+// is past this call); 1: the peer made another call in this slot.
+__device__ __forceinline__ int handshake_compare(u64 seen, u64 mine) {
+    if ((seen & CT_SIG_VALID) == 0ull) return -1;
+    const int ahead = (int)(signed char)(unsigned char)((seen >> 56) - (mine >> 56));
+    if (ahead < 0) return -1;
+    if (ahead > 0) return 0;
+    return seen == mine ? 0 : 1;
+}
+
+// Reports a mismatch with `peer`; false.
+__device__ __forceinline__ bool handshake_mismatch(const CollArgs& a, u32 peer, u32 kernel, u64 seen) {
+    report_fault(a, CT_ERR_MISMATCH, kernel, CT_PHASE_HANDSHAKE, peer, a.call_sig, seen & CT_SIG_MASK);
+    return false;
+}
+
+// Waits (bounded) until `peer`'s value of this call has arrived and checks
+// it. `seen` is a first read. False once the call must stop (a mismatch,
+// reported, or Deadline::must_stop).
+__device__ __forceinline__ bool handshake_check(const CollArgs& a, u32 peer, u32 calls, u32 kernel, u64 seen) {
+    const u64 mine = mailbox_value(a, calls);
+    Deadline deadline(a.timeout_ns);
+    for (;;) {
+        const int verdict = handshake_compare(seen, mine);
+        if (verdict == 0) return true;
+        if (verdict > 0) return handshake_mismatch(a, peer, kernel, seen);
+        if (deadline.must_stop(a, kernel, CT_PHASE_HANDSHAKE, peer)) return false;
+        seen = handshake_peek(a, peer);
+    }
+}
+
+// The peers' mailbox values as one thread loads them with its first step's
+// data; agree() compares them once that data is there. Whether a thread must
+// check is its kernel's call (PeerCheck): loading costs one load per peer,
+// in flight with the data's, and comparing a few instructions.
+struct PeerCheck {
+    bool active;  // this step checks
+    u32 calls;    // the thread's call count (CallState::calls)
+};
+
+template <int W>
+struct PeerCalls {
+    u64 seen[World<W>::SLOTS];
+
+    __device__ __forceinline__ void load(const CollArgs& a) {
+        for_peers<W>(a, [&](u32 p) { seen[p] = handshake_peek(a, p); });
+    }
+
+    // True when every peer made this call (or finished it); waits (bounded)
+    // for a value that has not arrived. False once the call must stop (a
+    // mismatch, reported, or Deadline::must_stop).
+    __device__ __forceinline__ bool agree(const CollArgs& a, u32 calls, u32 kernel) const {
+        bool ok = true;  // not an early return: see wait_ranks
+        for_peers<W>(a, [&](u32 p) {
+            if (ok) ok = handshake_check(a, p, calls, kernel, seen[p]);
+        });
+        return ok;
+    }
+};
+
+// ---------------------------------------------------------------------------
 // Steps: the one loop body every algorithm is made of
 // ---------------------------------------------------------------------------
 
@@ -428,13 +543,18 @@ __device__ __forceinline__ bool wait_ranks(const CollArgs& a, const Step& s, Pac
 }
 
 // One receiving step: load every rank's pack of each unit, wait for the
-// Lamport ones (LAMPORT), and hand each unit's packs to use(i, v). False
-// once a wait must stop.
+// Lamport ones (LAMPORT), check the peers' calls (check.active: their mailbox
+// values are loaded with the data), and hand each unit's packs to use(i, v).
+// False once a wait must stop or a peer made another call.
 template <int W, int UNROLL, bool LAMPORT, typename Own, typename At, typename Use>
-__device__ __forceinline__ bool receive_step(const CollArgs& a, const Step& s, u32 kernel, Own own, At at, Use use) {
+__device__ __forceinline__ bool receive_step(const CollArgs& a, const Step& s, u32 kernel, PeerCheck check, Own own,
+                                             At at, Use use) {
     Pack v[UNROLL][World<W>::SLOTS];
+    PeerCalls<W> calls;
+    if (check.active) calls.load(a);
     load_ranks<W, UNROLL>(a, s, v, own, at);
     if (LAMPORT && !wait_ranks<W, UNROLL>(a, s, v, kernel, at)) return false;
+    if (check.active && !calls.agree(a, check.calls, kernel)) return false;
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
         if (s.has(u)) use(s.unit(u), v[u]);
@@ -507,101 +627,6 @@ __device__ __forceinline__ void store_shards(const CollArgs& a, const Step& st, 
 }
 
 // ---------------------------------------------------------------------------
-// Call handshake: every rank makes the same call in the same slot
-// ---------------------------------------------------------------------------
-
-// Ranks must issue the same sequence of collectives (collective, algorithm,
-// dtype, size). A rank that does not would otherwise read a peer's data as if
-// it were its own call's (garbage), or wait for data that never comes (a bare
-// timeout). So block 0 of every call (block 0 always has work) tells each peer
-// what it is calling: one thread per peer stores this rank's mailbox value
-// into slot `rank` of the peer's mailbox. And every block with work checks
-// what each peer calls, reading the peer's slot of its own rank's mailbox
-// (local memory), so no block's output rests on a peer's data unchecked: in
-// the barrier algorithms that is barrier thread t, for peer t, inside the
-// first barrier; in the Lamport algorithms it is one of the block's last
-// `world` threads, which small messages give no data (so no data waits behind
-// the check), and it checks before any wait for data; either way the block
-// learns the verdict before it ends (finish_block), and marks its share if
-// the calls differ.
-//
-// A mailbox value is the call signature the host computed (protocol::
-// signature: algorithm, collective, dtype, bytes, with a bit that makes it
-// non-zero) with the low 8 bits of the block's call count on top (every
-// block of a rank counts every call, so all blocks agree on it). While any
-// block of this rank runs call k, every peer has sent its value of call k - 1
-// at least (this rank's block 0 finished call k - 1 only after seeing it) and
-// at most of call k + 1 (a peer finishes call k only after its block 0 saw
-// this rank's value of call k; it cannot finish call k + 1 before this rank
-// sends its value of call k + 1, in the next kernel). So 8 bits tell the
-// previous, the same and the next call apart: an older value has not arrived
-// yet; a newer one means the peer finished this call, which it could only do
-// after checking this rank's value of it, so the two were equal.
-
-/// No peer: this thread takes no part in the handshake.
-#define CT_NO_PEER 0xffffffffu
-
-__device__ __forceinline__ u64 mailbox_value(const CollArgs& a, u32 calls) {
-    return ((u64)(calls & 0xffu) << 56) | a.call_sig;
-}
-
-// Rank `owner`'s mailbox slot written by rank `source`.
-__device__ __forceinline__ u64* mailbox_slot(const CollArgs& a, u32 owner, u32 source) {
-    return ctrl_u64(ctrl_of(a, owner), CT_CTRL_MAILBOX) + source;
-}
-
-// The peer this thread handshakes with in a Lamport algorithm: thread
-// blockDim - world + p of a block with work takes peer p (every block has at
-// least CT_MAX_WORLD threads: protocol::launch); block 0's also sends this
-// rank's value to it. CT_NO_PEER for every other thread.
-template <int W>
-__device__ __forceinline__ u32 lamport_handshake_peer(const CollArgs& a, bool has_work) {
-    const u32 world = World<W>::size(a);
-    if (!has_work || world < 2u || threadIdx.x < blockDim.x - world) return CT_NO_PEER;
-    const u32 peer = threadIdx.x - (blockDim.x - world);
-    return peer == a.rank ? CT_NO_PEER : peer;
-}
-
-__device__ __forceinline__ void handshake_send(const CollArgs& a, u32 peer, u32 calls) {
-    st_u64_relaxed_sys(mailbox_slot(a, peer, a.rank), mailbox_value(a, calls));
-}
-
-__device__ __forceinline__ u64 handshake_peek(const CollArgs& a, u32 peer) {
-    return ld_u64_relaxed_sys(mailbox_slot(a, a.rank, peer));
-}
-
-// -1: the peer's value of this call has not arrived; 0: agreed (or the peer
-// is past this call); 1: the peer made another call in this slot.
-__device__ __forceinline__ int handshake_compare(u64 seen, u64 mine) {
-    if ((seen & CT_SIG_VALID) == 0ull) return -1;
-    const int ahead = (int)(signed char)(unsigned char)((seen >> 56) - (mine >> 56));
-    if (ahead < 0) return -1;
-    if (ahead > 0) return 0;
-    return seen == mine ? 0 : 1;
-}
-
-// Reports a mismatch with `peer`; false.
-__device__ __forceinline__ bool handshake_mismatch(const CollArgs& a, u32 peer, u32 kernel, u64 seen) {
-    report_fault(a, CT_ERR_MISMATCH, kernel, CT_PHASE_HANDSHAKE, peer, a.call_sig, seen & CT_SIG_MASK);
-    return false;
-}
-
-// Waits (bounded) until `peer`'s value of this call has arrived and checks
-// it. `seen` is a first read. False once the call must stop (a mismatch,
-// reported, or Deadline::must_stop).
-__device__ __forceinline__ bool handshake_check(const CollArgs& a, u32 peer, u32 calls, u32 kernel, u64 seen) {
-    const u64 mine = mailbox_value(a, calls);
-    Deadline deadline(a.timeout_ns);
-    for (;;) {
-        const int verdict = handshake_compare(seen, mine);
-        if (verdict == 0) return true;
-        if (verdict > 0) return handshake_mismatch(a, peer, kernel, seen);
-        if (deadline.must_stop(a, kernel, CT_PHASE_HANDSHAKE, peer)) return false;
-        seen = handshake_peek(a, peer);
-    }
-}
-
-// ---------------------------------------------------------------------------
 // Barrier over peers
 // ---------------------------------------------------------------------------
 
@@ -625,21 +650,23 @@ __device__ __forceinline__ u64* barrier_flag(const CollArgs& a, u32 owner, u32 b
 // reset and a fast peer that already signalled a later barrier still satisfies
 // this one (flag_reached).
 //
-// `handshake` (the first barrier of a call, `calls` the block's count): thread
-// t checks the peer's mailbox value while it spins, reading flag and mailbox
-// with one round of loads, so a mismatch is seen even when the peer, making
-// another kind of call, never signals this barrier; block 0's thread t also
-// sends this call's value before its flag (so the flag's release publishes
-// it). Returns false in every thread of the block if the call must stop.
+// `handshake` (block 0's first barrier of a call, `calls` its count): thread t
+// also sends this call's mailbox value before its flag (so the flag's release
+// publishes it) and checks the peer's while it spins, reading both with one
+// round of loads: a mismatch is seen even when the peer, making another kind
+// of call, never signals this barrier. `entry_ok` is the thread's own verdict
+// so far: a block with any thread whose call must stop does not signal (its
+// peers' waits end when they see this rank's fault). Returns false in every
+// thread of the block if the call must stop.
 template <int W>
 __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 kernel, u32 phase,
-                                              bool handshake = false, u32 calls = 0u) {
-    __syncthreads();
+                                              bool handshake = false, u32 calls = 0u, bool entry_ok = true) {
+    if (!__syncthreads_and(entry_ok)) return false;
     bool ok = true;
     const u32 t = threadIdx.x;
     if (t < World<W>::size(a)) {
         const bool shake = handshake && t != a.rank;
-        if (shake && blockIdx.x == 0u) handshake_send(a, t, calls);
+        if (shake) handshake_send(a, t, calls);
         st_u64_release_sys(barrier_flag(a, t, blockIdx.x, a.rank), value);
         const u64* mine = barrier_flag(a, a.rank, blockIdx.x, t);
         const u64 sig = mailbox_value(a, calls);
@@ -664,9 +691,8 @@ __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 
         }
         if (ok) {
             (void)ld_u64_acquire_sys(mine);
-            // Block 0's peer stored its mailbox value before its flag: after
-            // the acquire it is there (or a later one). Another block's flag
-            // does not publish it, so the check waits for it (bounded).
+            // The peer's mailbox value was stored before its flag: after the
+            // acquire it is there (or a later one).
             if (!agreed) ok = handshake_check(a, t, calls, kernel, handshake_peek(a, t));
         }
     }

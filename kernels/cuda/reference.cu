@@ -54,6 +54,13 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
     char* out = (char*)a.output;
     save_pull_state(ctrl, state, chunks, chunks);
 
+    // Block 0 checks the peers' calls in its first barrier; the other blocks
+    // check them on the first chunk (loaded before they read the staging,
+    // compared after): a thread that found another call marks its elements,
+    // and its block signals no later barrier.
+    PeerCalls<0> calls;
+    bool agreed = true;
+    bool ok = true;
     for (u64 c = 0; c < chunks; ++c) {
         const u64 half = ((state.use + c) & 1u) * a.staging_bytes;
         const u64 base = c * chunk_units;
@@ -64,12 +71,13 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
             *(Bits*)(my_stage + j * unit) = *(const Bits*)(in + (base + j) * unit);
 
         if (!block_has_work<0>(a, len)) continue;
-        // The first chunk carries the call handshake.
-        if (!block_barrier<0>(a, state.seq + c + 1u, CT_KERNEL_REFERENCE, CT_PHASE_BARRIER_1, c == 0,
-                              state.calls)) {
-            mark_failed_elements<Bits, REDUCE>((Bits*)out, units, chunk_units, world, first, stride);
+        if (!block_barrier<0>(a, state.seq + c + 1u, CT_KERNEL_REFERENCE, CT_PHASE_BARRIER_1,
+                              blockIdx.x == 0 && c == 0, state.calls, agreed)) {
+            ok = false;
             break;
         }
+        const bool check = blockIdx.x != 0 && c == 0 && first < len;
+        if (check) calls.load(a);
 
         for (u64 j = first; j < len; j += stride) {
             if (REDUCE) {
@@ -84,8 +92,9 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
                 }
             }
         }
+        if (check) agreed = calls.agree(a, state.calls, CT_KERNEL_REFERENCE);
     }
-
+    if (!ok || !agreed) mark_failed_elements<Bits, REDUCE>((Bits*)out, units, chunk_units, world, first, stride);
 }
 
 CT_KERNEL colltune_reference_all_reduce_bf16(const CollArgs a) { reference_collective<Bf16, true>(a); }

@@ -39,10 +39,9 @@ __device__ __forceinline__ void two_shot_pull(const CollArgs& a) {
     const u64 stride = thread_stride();
     const u64 packs = a.bytes / 16u;
     const Shards sh{(packs + World<W>::size(a) - 1u) / World<W>::size(a), packs};
-    const UnitOutputs outputs = two_shot_outputs(a, sh.shard);
     const CallState& state = begin_call(ctrl_of(a, a.rank));
     if (state.poisoned) {
-        mark_failed(a, outputs, first, stride);
+        mark_failed(a, two_shot_outputs(a, sh.shard), first, stride);
         return;
     }
     save_pull_state(ctrl_of(a, a.rank), state, 2u, 1u);
@@ -66,15 +65,21 @@ __device__ __forceinline__ void two_shot_pull(const CollArgs& a) {
 
     // A block with no packs has nothing to wait for (see block_has_work).
     if (!block_has_work<W>(a, sh.shard)) return;
-    // 2. Barrier 1, with the call handshake.
-    bool ok = block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_1, true, state.calls);
+    // 2. Barrier 1 (block 0: with the call handshake).
+    bool ok = block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_1, blockIdx.x == 0,
+                               state.calls);
     if (ok) {
-        // 3. Reduce shard `rank`; send the sum to every peer.
+        // 3. Reduce shard `rank`; send the sum to every peer. The other
+        //    blocks check the peers' calls before they use their data, so the
+        //    sums sent on are of this call; a block in which a thread found
+        //    another call does not signal barrier 2.
         const u64 mine = rank * sh.shard;
         const u64 own = packs > mine ? (packs - mine < sh.shard ? packs - mine : sh.shard) : 0u;
-        for (u64 base = first; base < own; base += stride * UNROLL)
-            receive_step<W, UNROLL, false>(
+        bool agreed = true;
+        for (u64 base = first; agreed && base < own; base += stride * UNROLL)
+            agreed = receive_step<W, UNROLL, false>(
                 a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PULL,
+                PeerCheck{blockIdx.x != 0 && base == first, state.calls},
                 [&](u64 j) { return ld_io(in + (mine + j) * 16u, aligned); },
                 [&](u32 p, u64 j) { return my_half + (p * sh.shard + j) * 16u; },
                 [&](u64 j, const Pack (&r)[World<W>::SLOTS]) {
@@ -83,7 +88,7 @@ __device__ __forceinline__ void two_shot_pull(const CollArgs& a) {
                     for_peers<W>(a, [&](u32 q) { st_pack((char*)a.staging[q] + half + area + (mine + j) * 16u, sum); });
                 });
         // 4. Barrier 2; 5. gather the other shards.
-        ok = block_barrier<W>(a, state.seq + 2u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_2);
+        ok = block_barrier<W>(a, state.seq + 2u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_2, false, 0u, agreed);
         for (u64 base = first; ok && base < sh.shard; base += stride * UNROLL) {
             const Step st{base, stride, sh.shard};
             load_shards<W, UNROLL>(a, st, sh, v,
@@ -91,7 +96,7 @@ __device__ __forceinline__ void two_shot_pull(const CollArgs& a) {
             store_shards<W, UNROLL>(a, st, sh, v);
         }
     }
-    if (!ok) mark_failed(a, outputs, first, stride);
+    if (!ok) mark_failed(a, two_shot_outputs(a, sh.shard), first, stride);
 }
 
 CT_KERNEL colltune_two_shot_pull_all_reduce_bf16(const CollArgs a) { two_shot_pull<kWorld, Bf16>(a); }
