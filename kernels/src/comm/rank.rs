@@ -11,6 +11,7 @@ use super::membership::Membership;
 use super::options::{Fallback, Options};
 use super::resources::{RankResources, RankWindows, WorldShared};
 use crate::algorithms::CollArgs;
+use crate::drain::InFlight;
 use crate::error::{DriverContext, Error, Result};
 use crate::memory::MappedHostWords;
 use crate::module::KernelSet;
@@ -60,6 +61,8 @@ pub struct RankComm {
     pub(crate) base_args: CollArgs,
     pub(crate) selector: Selector,
     pub(crate) res: Arc<RankResources>,
+    /// Bounds the eager calls queued and not finished (`drain::InFlight`).
+    pub(crate) in_flight: InFlight,
 }
 
 impl std::fmt::Debug for RankComm {
@@ -132,6 +135,7 @@ impl RankComm {
                 options,
                 quiet: Mutex::new(None),
             }),
+            in_flight: InFlight::new(),
         })
     }
 
