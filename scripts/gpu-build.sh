@@ -10,7 +10,7 @@
 #   .carry/bin/tests/<name>         every test target of `kernels` (the runtime's
 #                                   unit tests as kernels_unit, nvrtc_compile) and
 #                                   the GPU suites of `tuner` (gpu_loopback,
-#                                   gpu_devices, gpu_processes)
+#                                   gpu_devices, gpu_processes, gpu_faults)
 #   .carry/bin/multiprocess         the one-process-per-rank example (gpu_processes drives it)
 #   .carry/bin/tuner                the tuner: `tuner bench`, and the sweep + verify + re-fit
 #
@@ -36,7 +36,8 @@ test_executables() {
 }
 {
   test_executables -p colltune-kernels
-  test_executables -p colltune-tuner --test gpu_loopback --test gpu_devices --test gpu_processes
+  test_executables -p colltune-tuner --test gpu_loopback --test gpu_devices --test gpu_processes \
+    --test gpu_faults
 } | while read -r exe; do
       base=$(basename "$exe")
       name=${base%-*}                 # strip cargo's hash suffix
@@ -54,7 +55,7 @@ if command -v strip >/dev/null; then
   strip --strip-debug "$out"/tests/* "$out/multiprocess" "$out/tuner"
 fi
 
-for name in kernels_unit nvrtc_compile gpu_loopback gpu_devices gpu_processes; do
+for name in kernels_unit nvrtc_compile gpu_loopback gpu_devices gpu_processes gpu_faults; do
   [ -x "$out/tests/$name" ] || { echo "gpu-build: no $out/tests/$name was built" >&2; exit 1; }
 done
 ls -l "$out" "$out/tests"
