@@ -1,6 +1,7 @@
 //! Waiting for a stream with a deadline instead of blocking in the driver, so a
 //! hang the kernels cannot bound (an NCCL peer that died, a rendezvous whose
-//! peer never came) ends in an error.
+//! peer never came) ends in an error; and keeping a rank's eager calls from
+//! queuing up behind such a hang until a launch blocks ([`InFlight`]).
 
 use std::time::{Duration, Instant};
 
@@ -52,5 +53,105 @@ pub(crate) fn wait_within(
         } else {
             std::thread::sleep(Duration::from_micros(100));
         }
+    }
+}
+
+/// Calls between two marks of [`InFlight`].
+const MARK_EVERY: u64 = 32;
+/// Marks [`InFlight`] keeps: a call waits for the mark recorded this many
+/// marks back.
+const MARKS: usize = 8;
+/// Eager calls a rank may have queued on its stream and not finished: a call
+/// waits for the mark this many calls back, so at most this many plus
+/// [`MARK_EVERY`] are ever in flight.
+pub(crate) const EAGER_IN_FLIGHT: u64 = MARK_EVERY * MARKS as u64;
+
+/// Bounds how many eager calls of a rank are queued and not finished. A launch
+/// into a full stream queue blocks in the driver with no bound, and a kernel
+/// that never ends (NCCL waiting for a peer that stopped calling) keeps the
+/// queue full: past some thousand launches the next never returns. So every
+/// [`MARK_EVERY`]-th call records an event on the stream (a mark) and first
+/// waits, bounded, for the mark [`MARKS`] marks back: what was queued
+/// [`EAGER_IN_FLIGHT`] calls ago must have finished. A healthy stream is
+/// never that far behind, so the wait is a query of a completed event; the
+/// other calls cost an increment and a compare.
+pub(crate) struct InFlight {
+    calls: u64,
+    marks: Vec<Option<CudaEvent>>,
+}
+
+impl InFlight {
+    pub(crate) fn new() -> InFlight {
+        InFlight {
+            calls: 0,
+            marks: (0..MARKS).map(|_| None).collect(),
+        }
+    }
+
+    /// Before an eager call is queued on `stream`. `Ok(false)` when the call
+    /// [`EAGER_IN_FLIGHT`] back had not finished within `limit`; `poll`
+    /// (about every 10 ms of the wait) ends the wait early with its error.
+    #[inline]
+    pub(crate) fn before_call(
+        &mut self,
+        stream: &CudaStream,
+        limit: Duration,
+        poll: impl FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        self.calls = self.calls.wrapping_add(1);
+        if !self.calls.is_multiple_of(MARK_EVERY) {
+            return Ok(true);
+        }
+        self.mark(stream, limit, poll)
+    }
+
+    #[cold]
+    fn mark(
+        &mut self,
+        stream: &CudaStream,
+        limit: Duration,
+        poll: impl FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        // A call issued into a capture is recorded, not run, and an event
+        // recorded there cannot be waited for: no mark.
+        if stream
+            .capture_status()
+            .during("asking whether the stream is capturing")?
+            != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        {
+            return Ok(true);
+        }
+        let slot = ((self.calls / MARK_EVERY) % MARKS as u64) as usize;
+        if let Some(oldest) = &self.marks[slot]
+            && !wait_within(oldest, limit, poll)?
+        {
+            return Ok(false);
+        }
+        match &self.marks[slot] {
+            Some(mark) => mark.record(stream),
+            None => stream.record_event(None).map(|mark| {
+                self.marks[slot] = Some(mark);
+            }),
+        }
+        .during("recording an in-flight mark")?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_waits_for_the_one_the_bound_back() {
+        // The mark a call waits for was recorded EAGER_IN_FLIGHT calls before
+        // it: slot of call c is (c / EVERY) % MARKS, so the same slot comes
+        // back every EVERY * MARKS calls.
+        let slot = |calls: u64| (calls / MARK_EVERY) % MARKS as u64;
+        for c in (MARK_EVERY..10 * EAGER_IN_FLIGHT).step_by(MARK_EVERY as usize) {
+            assert_eq!(slot(c), slot(c + EAGER_IN_FLIGHT));
+            assert!((1..MARKS as u64).all(|k| slot(c) != slot(c + k * MARK_EVERY)));
+        }
+        assert_eq!(EAGER_IN_FLIGHT, 256);
     }
 }

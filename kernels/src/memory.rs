@@ -171,3 +171,105 @@ impl Drop for MappedHostWords {
         let _ = unsafe { ffi::mem_free_host(self.host) };
     }
 }
+
+/// Writes words of device memory from the host without waiting behind any
+/// other stream: a stream of its own, created non-blocking (it never waits
+/// for the context's legacy stream), whose writes the GPU's front end carries
+/// out (`cuStreamWriteValue32`) with no SM involved, so neither a kernel that
+/// never ends nor a GPU full of spinning blocks holds a write back. For the
+/// one write of a rank's first host-side fault into its error word
+/// (`comm::health`).
+pub(crate) struct WordWriter {
+    ctx: Arc<CudaContext>,
+    stream: sys::CUstream,
+}
+
+// SAFETY: the stream is used through driver calls, which take any thread once
+// its context is bound; its owner serialises them.
+unsafe impl Send for WordWriter {}
+unsafe impl Sync for WordWriter {}
+
+impl WordWriter {
+    pub(crate) fn new(ctx: &Arc<CudaContext>) -> Result<WordWriter> {
+        ctx.bind_to_thread()
+            .during("binding a context for a stream of host writes")?;
+        // Not cudarc's `new_stream`, which may synchronise the context (and so
+        // wait for a kernel that never ends) when it counts no stream yet.
+        let stream = cudarc::driver::result::stream::create(
+            cudarc::driver::result::stream::StreamKind::NonBlocking,
+        )
+        .during("creating a stream for host writes")?;
+        Ok(WordWriter {
+            ctx: ctx.clone(),
+            stream,
+        })
+    }
+
+    /// Writes `value` into the 32-bit word at device address `addr` (this
+    /// context's memory or a peer's mapping of it), ordered only after this
+    /// writer's earlier writes. Returns once the write is queued. Where the
+    /// driver has stream memory operations turned off, a copy engine writes
+    /// it instead (`cuMemcpyHtoDAsync`, which needs no SM either).
+    pub(crate) fn write(&self, addr: u64, value: u32) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .during("binding a context for a host write")?;
+        // SAFETY: `addr` is a live, 4-byte aligned device word of this context
+        // (the caller keeps it alive until `settled_within` says the write has
+        // landed); the stream is this writer's own.
+        let written = unsafe {
+            sys::cuStreamWriteValue32_v2(
+                self.stream,
+                addr,
+                value,
+                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+            )
+        };
+        if written != sys::CUresult::CUDA_ERROR_NOT_SUPPORTED {
+            return written
+                .result()
+                .during("writing a word of device memory from the host (cuStreamWriteValue32)");
+        }
+        // SAFETY: as above; the source is pageable, so the driver has copied
+        // it to its own staging memory when the call returns.
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                addr,
+                (&value as *const u32).cast(),
+                std::mem::size_of::<u32>(),
+                self.stream,
+            )
+        }
+        .result()
+        .during("writing a word of device memory from the host (cuMemcpyHtoDAsync)")
+    }
+
+    /// Whether every write queued so far has landed, polled for at most
+    /// `limit`: memory a write targets may be freed only after this.
+    pub(crate) fn settled_within(&self, limit: std::time::Duration) -> bool {
+        if self.ctx.bind_to_thread().is_err() {
+            return false;
+        }
+        let start = std::time::Instant::now();
+        loop {
+            // SAFETY: queries this writer's live stream.
+            match unsafe { sys::cuStreamQuery(self.stream) } {
+                sys::CUresult::CUDA_SUCCESS => return true,
+                sys::CUresult::CUDA_ERROR_NOT_READY if start.elapsed() < limit => {
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+                _ => return false,
+            }
+        }
+    }
+}
+
+impl Drop for WordWriter {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: created by `new`, destroyed once; the driver releases it
+            // when its queued writes have completed.
+            let _ = unsafe { sys::cuStreamDestroy_v2(self.stream) };
+        }
+    }
+}

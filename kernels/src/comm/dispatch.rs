@@ -213,18 +213,47 @@ impl RankComm {
             output,
             bytes_per_rank: shape.bytes_per_rank,
         };
-        let ran = match self.decline(&shape) {
-            None => match algo.kind() {
-                AlgoKind::Kernel => self.launch_custom(algo, &call).map(|()| algo),
-                AlgoKind::Window => self.run_on_window(&call).map(|()| algo),
-                AlgoKind::Library => self.run_fallback(&call).map(|()| Algo::Nccl),
-            },
-            Some(reason) => {
-                self.log_decline(collective, algo, dtype, bytes, reason);
-                self.run_fallback(&call).map(|()| Algo::Nccl)
-            }
-        };
+        let ran = self
+            .bound_in_flight()
+            .and_then(|()| match self.decline(&shape) {
+                None => match algo.kind() {
+                    AlgoKind::Kernel => self.launch_custom(algo, &call).map(|()| algo),
+                    AlgoKind::Window => self.run_on_window(&call).map(|()| algo),
+                    AlgoKind::Library => self.run_fallback(&call).map(|()| Algo::Nccl),
+                },
+                Some(reason) => {
+                    self.log_decline(collective, algo, dtype, bytes, reason);
+                    self.run_fallback(&call).map(|()| Algo::Nccl)
+                }
+            });
         ran.map_err(|e| self.res.health.fail(e))
+    }
+
+    /// Before a call is queued: at most `drain::EAGER_IN_FLIGHT` of this
+    /// rank's calls may be queued and not finished (`drain::InFlight`). The
+    /// wait for the oldest is bounded by `Options::drain_timeout` and ended
+    /// early by any fault that becomes known; past the bound the call is a
+    /// timeout (a kernel that never ends holds the stream: a launch behind
+    /// it could block in the driver for ever).
+    fn bound_in_flight(&mut self) -> Result<()> {
+        let res = &self.res;
+        let limit = res.options.drain_timeout;
+        if self
+            .in_flight
+            .before_call(&res.stream, limit, || res.known_fault())?
+        {
+            return Ok(());
+        }
+        Err(Error::Timeout {
+            rank: self.rank,
+            peer: None,
+            during: format!(
+                "waiting for the call {} calls back to finish before queuing another (host \
+                 side: NCCL or other work that never finished holds the stream)",
+                crate::drain::EAGER_IN_FLIGHT
+            ),
+            timeout: limit,
+        })
     }
 
     fn launch_custom(&self, algo: Algo, call: &Call) -> Result<()> {

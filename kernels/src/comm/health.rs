@@ -9,15 +9,71 @@
 //! is kept, and from then on every call, replay and `check()` of the rank
 //! returns it. The check costs an atomic load of host memory (and, in worlds
 //! with NCCL, `ncclCommGetAsyncError`), so it runs before every call.
+//!
+//! A fault only the host knows of (the last two ways) is also written into
+//! the rank's error word on the device ([`DeviceWord`]), unless the device
+//! recorded one first: the rank's queued kernels then mark their outputs as
+//! failed instead of waiting, and its peers' waits stop with a failed peer
+//! instead of running into their timeout (one fault ends every wait).
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cudarc::driver::CudaContext;
+
 use crate::error::{Error, Result};
-use crate::memory::MappedHostWords;
+use crate::memory::{MappedHostWords, WordWriter};
 use crate::protocol::fault::{DeviceFault, FaultWords};
 use crate::protocol::host;
+
+/// The error word a fault found on the host leaves in the rank's control
+/// block: a fault kind of its own in the low byte (the device's are 1 to 3),
+/// no kernel, no phase. Peers' waits read any non-zero word as "this rank
+/// failed" (`Deadline::must_stop`), the rank's own kernels as "poisoned"
+/// (`begin_call`); the host never decodes its own word (it keeps the fault
+/// itself). Placeholder until `protocol` defines it (`FAULT_HOST`, with
+/// `CT_ERR_HOST` and a `DeviceFault` case for it).
+pub(crate) const HOST_FAULT_WORD: u32 = 4;
+
+/// A rank's error word in its control block (device memory), and the writer
+/// that puts a host-side fault there without waiting behind the rank's own
+/// stream (which may hold a kernel that never ends).
+pub(crate) struct DeviceWord {
+    ctx: Arc<CudaContext>,
+    /// Device address of `protocol::ctrl::ERROR` of this rank.
+    addr: u64,
+    /// Created with the first write: a healthy rank has no extra stream.
+    writer: Mutex<Option<WordWriter>>,
+}
+
+impl DeviceWord {
+    pub(crate) fn new(ctx: Arc<CudaContext>, addr: u64) -> DeviceWord {
+        DeviceWord {
+            ctx,
+            addr,
+            writer: Mutex::new(None),
+        }
+    }
+
+    fn write(&self, value: u32) -> Result<()> {
+        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if writer.is_none() {
+            *writer = Some(WordWriter::new(&self.ctx)?);
+        }
+        writer
+            .as_ref()
+            .expect("created above")
+            .write(self.addr, value)
+    }
+
+    /// Whether the writes queued so far have landed (polled for at most
+    /// `limit`): the control block may be freed only after them.
+    fn settled_within(&self, limit: Duration) -> bool {
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        writer.as_ref().is_none_or(|w| w.settled_within(limit))
+    }
+}
 
 pub(crate) struct Health {
     rank: usize,
@@ -29,16 +85,25 @@ pub(crate) struct Health {
     /// Whether `first` holds a fault: the healthy path reads this and the
     /// mirror's error word, and takes no lock.
     known: AtomicBool,
+    /// Where a host-side fault is written for the device (`None`: a rank
+    /// whose kernels never run, or a unit test).
+    device: Option<DeviceWord>,
 }
 
 impl Health {
-    pub(crate) fn new(rank: usize, timeout: Duration, mirror: MappedHostWords) -> Health {
+    pub(crate) fn new(
+        rank: usize,
+        timeout: Duration,
+        mirror: MappedHostWords,
+        device: Option<DeviceWord>,
+    ) -> Health {
         Health {
             rank,
             timeout,
             mirror: Some(mirror),
             first: Mutex::new(None),
             known: AtomicBool::new(false),
+            device,
         }
     }
 
@@ -51,12 +116,8 @@ impl Health {
             mirror: None,
             first: Mutex::new(None),
             known: AtomicBool::new(false),
+            device: None,
         }
-    }
-
-    /// The device address kernels mirror their fault to.
-    pub(crate) fn mirror_ptr(&self) -> u64 {
-        self.mirror.as_ref().map_or(0, MappedHostWords::device_ptr)
     }
 
     /// `Err` with the first fault once one is known, else `Ok`. Reads the
@@ -73,12 +134,12 @@ impl Health {
             if matches!(first, Error::PeerFault { .. })
                 && let Some(fault @ Error::Mismatch(_)) = self.device_fault()
             {
-                return Err(self.record(fault));
+                return Err(self.record(fault).0);
             }
             return Err(first);
         }
         match self.device_fault() {
-            Some(fault) => Err(self.record(fault)),
+            Some(fault) => Err(self.record(fault).0),
             None => Ok(()),
         }
     }
@@ -94,18 +155,25 @@ impl Health {
 
     /// Records `error` as this rank's fault (a fault the device recorded
     /// meanwhile comes first) and returns the first fault, which every later
-    /// call returns too.
+    /// call returns too. When `error` is the first, it is also written into
+    /// the rank's error word on the device (see the module's documentation).
     pub(crate) fn fail(&self, error: Error) -> Error {
         if let Some(fault) = self.device_fault() {
-            return self.record(fault);
+            return self.record(fault).0;
         }
-        self.record(error)
+        let (first, was_first) = self.record(error);
+        if was_first {
+            self.publish();
+        }
+        first
     }
 
     /// Keeps `error` unless a fault is known; a mismatch replaces a failed
-    /// peer (the mismatch is the cause).
-    fn record(&self, error: Error) -> Error {
+    /// peer (the mismatch is the cause). Returns the first fault, and whether
+    /// `error` is the first this rank knows of.
+    fn record(&self, error: Error) -> (Error, bool) {
         let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
+        let was_first = first.is_none();
         let replace = matches!(
             (&*first, &error),
             (None, _) | (Some(Error::PeerFault { .. }), Error::Mismatch(_))
@@ -114,7 +182,41 @@ impl Health {
             *first = Some(error);
             self.known.store(true, Ordering::Release);
         }
-        first.clone().expect("set above")
+        (first.clone().expect("set above"), was_first)
+    }
+
+    /// Writes a host-side fault into the rank's error word on the device,
+    /// unless the device has recorded one (first fault wins). The device
+    /// records with a compare-and-swap and this is a plain write, so a fault
+    /// a kernel records in the microseconds between the mirror's read and
+    /// the write's landing is overwritten on the device (not on the host,
+    /// whose mirror keeps it): the word stays non-zero either way, which is
+    /// all that its readers act on.
+    fn publish(&self) {
+        let Some(device) = &self.device else {
+            return;
+        };
+        if self.mirror_error() != 0 {
+            return;
+        }
+        if let Err(e) = device.write(HOST_FAULT_WORD) {
+            // The host still refuses every later call; only the peers' early
+            // stop is lost (they run into their own timeouts).
+            log::warn!(
+                "colltune: rank {}: could not write its fault for the device ({e}); its peers \
+                 will time out instead",
+                self.rank
+            );
+        }
+    }
+
+    /// Whether the host-side fault written for the device (if any) has
+    /// landed, polled for at most `limit`: the control block may be freed
+    /// only after it.
+    pub(crate) fn device_write_settled(&self, limit: Duration) -> bool {
+        self.device
+            .as_ref()
+            .is_none_or(|device| device.settled_within(limit))
     }
 
     /// The mirror's error word (0: no device fault).

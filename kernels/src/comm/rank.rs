@@ -6,17 +6,18 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaEvent, CudaStream, sys};
 
 use super::capture::{Captured, Lifeline};
-use super::health::Health;
+use super::health::{DeviceWord, Health};
 use super::membership::Membership;
 use super::options::{Fallback, Options};
 use super::resources::{RankResources, RankWindows, WorldShared};
 use crate::algorithms::CollArgs;
+use crate::drain::InFlight;
 use crate::error::{DriverContext, Error, Result};
 use crate::memory::MappedHostWords;
 use crate::module::KernelSet;
 use crate::nccl::NcclComm;
-use crate::protocol::host;
 use crate::protocol::launch::LaunchShape;
+use crate::protocol::{ctrl, host};
 use crate::selection::Selector;
 use crate::vocab::{Arch, Link};
 use crate::window::Window;
@@ -60,6 +61,8 @@ pub struct RankComm {
     pub(crate) base_args: CollArgs,
     pub(crate) selector: Selector,
     pub(crate) res: Arc<RankResources>,
+    /// Bounds the eager calls queued and not finished (`drain::InFlight`).
+    pub(crate) in_flight: InFlight,
 }
 
 impl std::fmt::Debug for RankComm {
@@ -94,11 +97,21 @@ impl RankComm {
             options,
         } = parts;
         let mirror = MappedHostWords::alloc(stream.context(), host::WORDS, host::BYTES)?;
-        let health = Health::new(rank, options.timeout, mirror);
         let timeout_ns = options.timeout.as_nanos().min(u64::MAX as u128) as u64;
         let base_args = shared
             .registration
-            .base_args(rank, timeout_ns, health.mirror_ptr());
+            .base_args(rank, timeout_ns, mirror.device_ptr());
+        // This rank's error word, where a fault only the host finds is
+        // written for its kernels and its peers (none without a control
+        // block: a world whose custom kernels cannot run).
+        let own_ctrl = base_args.ctrls[rank];
+        let device = (own_ctrl != 0).then(|| {
+            DeviceWord::new(
+                stream.context().clone(),
+                own_ctrl + (ctrl::ERROR * 4) as u64,
+            )
+        });
+        let health = Health::new(rank, options.timeout, mirror, device);
         Ok(RankComm {
             rank,
             world_size,
@@ -120,7 +133,9 @@ impl RankComm {
                 membership: Mutex::new(membership),
                 health,
                 options,
+                quiet: Mutex::new(None),
             }),
+            in_flight: InFlight::new(),
         })
     }
 
@@ -191,30 +206,48 @@ impl RankComm {
     ///
     /// Any error it returns breaks the world for good: every later call
     /// returns it, and dropping this rank aborts NCCL and waits for no peer.
+    /// An error is returned only once the rank's stream has come to rest
+    /// (bounded; kernels/GPU.md, "Bounded waits"): NCCL aborted, the calls
+    /// still queued finished (marking their outputs as failed), so the
+    /// tensors of every call issued before may be freed. (In the one case
+    /// where the stream does not come to rest within its bound, which is
+    /// logged as an error, they must be kept.)
     pub fn check(&self) -> Result<()> {
-        self.known_fault()?;
-        if let Err(e) = self.wait_bounded(None) {
-            return Err(self.res.health.fail(e));
-        }
-        self.known_fault()
+        let waited = self
+            .known_fault()
+            .and_then(|()| self.wait_bounded(None))
+            .and_then(|()| self.known_fault());
+        self.at_rest(waited)
     }
 
     /// Waits (bounded by `Options::drain_timeout`, ended early by an NCCL
-    /// asynchronous error) until `event`, recorded on this rank's stream, has
-    /// completed: what a pipeline of graph replays uses to keep only a few
-    /// replays queued without draining the stream. An error breaks the world,
-    /// as `check()`'s do.
+    /// asynchronous error or any other known fault) until `event`, recorded
+    /// on this rank's stream, has completed: what a pipeline of graph
+    /// replays uses to keep only a few replays queued without draining the
+    /// stream. An error breaks the world, and comes only once the stream has
+    /// come to rest, as `check()`'s do.
     ///
     /// A pipeline needs it because a launch into a full stream queue blocks in
     /// the driver with no bound: when a kernel waits for a lost peer forever
     /// (an NCCL kernel does), hundreds of queued replays fill the queue and
     /// the next launch never returns, long before the next `check()`.
     pub fn wait_for(&self, event: &CudaEvent) -> Result<()> {
-        self.known_fault()?;
-        match self.wait_bounded(Some(event)) {
-            Ok(()) => self.known_fault(),
-            Err(e) => Err(self.res.health.fail(e)),
-        }
+        let waited = self
+            .known_fault()
+            .and_then(|()| self.wait_bounded(Some(event)))
+            .and_then(|()| self.known_fault());
+        self.at_rest(waited)
+    }
+
+    /// What a wait returns: `Ok`, or the rank's first fault once the stream
+    /// has come to rest (`RankResources::quiesce`).
+    fn at_rest(&self, waited: Result<()>) -> Result<()> {
+        let Err(e) = waited else {
+            return Ok(());
+        };
+        let first = self.res.health.fail(e);
+        self.res.quiesce();
+        Err(first)
     }
 
     /// The first fault known to this rank: its own record, the device's
@@ -224,7 +257,7 @@ impl RankComm {
     }
 
     /// `event`'s completion, or (`None`) everything issued so far, bounded by
-    /// `Options::drain_timeout`.
+    /// `Options::drain_timeout`; a fault that becomes known meanwhile ends it.
     fn wait_bounded(&self, event: Option<&CudaEvent>) -> Result<()> {
         self.res.wait_bounded(event, self.res.options.drain_timeout)
     }

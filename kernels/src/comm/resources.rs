@@ -81,6 +81,9 @@ pub(crate) struct RankResources {
     pub(crate) membership: Mutex<Option<Membership>>,
     pub(crate) health: Health,
     pub(crate) options: Options,
+    /// Whether the stream was brought to rest after a fault
+    /// ([`RankResources::quiesce`]); `None` until it was tried.
+    pub(crate) quiet: Mutex<Option<bool>>,
 }
 
 impl RankResources {
@@ -104,9 +107,10 @@ impl RankResources {
 
     /// Waits for the stream with a deadline instead of blocking in the
     /// driver, so a hang the kernels cannot bound still ends in an error.
-    /// NCCL's asynchronous errors end the wait early.
+    /// A fault that becomes known meanwhile (the device's, NCCL's
+    /// asynchronous errors) ends the wait early with that fault.
     pub(crate) fn wait_bounded(&self, event: Option<&CudaEvent>, limit: Duration) -> Result<()> {
-        let poll = || self.nccl.as_ref().map_or(Ok(()), |n| n.async_error());
+        let poll = || self.known_fault();
         let done = match event {
             Some(event) => wait_within(event, limit, poll)?,
             None => drain_within(&self.stream, limit, poll)?,
@@ -126,6 +130,79 @@ impl RankResources {
     }
 }
 
+impl RankResources {
+    /// After a fault: returns once nothing this rank queued still runs, so
+    /// that a caller told of the fault by a wait (`check()`, `wait_for()`)
+    /// may free the tensors of the calls it issued. The fault is on the
+    /// device already ([`Health::fail`]), so queued kernels of this rank
+    /// mark their outputs and return at once, and a kernel still waiting
+    /// stops; NCCL is aborted (`ncclCommAbort`, bounded by
+    /// `nccl::ABORT_BOUND`), which ends its kernels waiting for a peer; then
+    /// the stream is drained within [`RankResources::rest_bound`].
+    ///
+    /// Once per rank (later callers get the first answer, waiting for it if
+    /// it is being worked out). `false` when the stream did not drain: its
+    /// work may still touch the rank's memory and the engine's tensors, so
+    /// nothing of the rank is ever freed (drop leaks it) and the failure is
+    /// logged.
+    pub(crate) fn quiesce(&self) -> bool {
+        let mut quiet = self.quiet.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(drained) = *quiet {
+            return drained;
+        }
+        let mut nccl_may_run = false;
+        if let Some(nccl) = &self.nccl {
+            nccl_may_run = nccl.end(false) == Ended::Abandoned;
+        }
+        let limit = self.rest_bound();
+        let drained =
+            !nccl_may_run && matches!(drain_within(&self.stream, limit, || Ok(())), Ok(true));
+        if !drained {
+            log::error!(
+                "colltune: rank {}: its stream did not come to rest within {limit:?} after a \
+                 fault ({}); kernels may still write the outputs of calls issued before it, so \
+                 keep those tensors (this rank's own memory is never freed)",
+                self.rank,
+                if nccl_may_run {
+                    "ncclCommAbort did not return"
+                } else {
+                    "a kernel still runs"
+                }
+            );
+            self.shared.registration.wedge();
+        }
+        *quiet = Some(drained);
+        drained
+    }
+
+    /// How long a broken rank's stream may take to drain once its fault is
+    /// on the device and NCCL is aborted: a kernel still waiting for a peer
+    /// stops within `timeout` (at once when it reads the fault), and kernels
+    /// queued behind it return at once.
+    fn rest_bound(&self) -> Duration {
+        self.options.timeout * 2 + Duration::from_secs(1)
+    }
+
+    /// Gives up, without freeing, everything the rank's stream may still
+    /// touch: registered buffers, the fault mirror, NCCL windows, the loaded
+    /// kernels and the stream (with its context) itself. They return to the
+    /// driver when the process exits.
+    fn leak_everything(&mut self) {
+        self.shared.registration.wedge();
+        self.health.leak_mirror();
+        self.windows.leak();
+        // The module must stay loaded under launches still queued, and the
+        // stream (and its context) must outlive its work.
+        std::mem::forget(self.kernels.clone());
+        std::mem::forget(self.stream.clone());
+    }
+}
+
+/// Bound on the landing of a host-side fault written for the device before
+/// the control block may be freed (it has no queue to wait behind: it
+/// normally landed microseconds after it was written).
+const DEVICE_WRITE_BOUND: Duration = Duration::from_secs(5);
+
 impl Drop for RankResources {
     /// Bounded, whatever state the world is in (kernels/GPU.md, "Bounded
     /// waits" and "Freeing in order"). A healthy rank drains its stream
@@ -133,15 +210,19 @@ impl Drop for RankResources {
     /// mappings of the peers' buffers and says goodbye (`Options::join_timeout`),
     /// so its own exported buffers are freed only once every peer has closed
     /// its mappings of them; then it finalises NCCL (`nccl::TEARDOWN_BOUND`).
-    /// A broken rank (or one whose drain or goodbye failed) aborts NCCL at
-    /// once, which ends NCCL kernels still waiting for a peer, never frees
-    /// memory it exported (peers' queued kernels may still store into it) and
-    /// frees the rest only if its stream then drains within a short bound.
+    /// A broken rank (or one whose drain or goodbye failed) comes to rest as
+    /// [`RankResources::quiesce`] says (NCCL aborted at once, which ends NCCL
+    /// kernels still waiting for a peer, then the stream drained within a
+    /// short bound), never frees memory it exported (peers' queued kernels
+    /// may still store into it), and frees the rest only if its stream came
+    /// to rest: otherwise it leaks everything its stream may still touch.
     fn drop(&mut self) {
         let mut broken = self.health.is_broken();
         // A stream that does not drain holds work waiting for a peer that never
-        // called: the world is broken.
-        if !broken && self.wait_bounded(None, self.options.drain_timeout).is_err() {
+        // called: the world is broken (and the peers are told, through the
+        // device).
+        if !broken && let Err(e) = self.wait_bounded(None, self.options.drain_timeout) {
+            self.health.fail(e);
             broken = true;
         }
         let membership = self
@@ -169,22 +250,16 @@ impl Drop for RankResources {
         }
         // NCCL before the memory: aborting it ends its kernels, so the stream
         // can drain; finalising it (healthy) is bounded and aborts when late.
-        let mut nccl_may_run = false;
-        if let Some(nccl) = self.nccl.take() {
-            nccl_may_run = nccl.end(!broken) == Ended::Abandoned;
-        }
-        if broken {
-            // Kernels queued after a fault return at once; one still waiting
-            // ends within `timeout`. Anything longer means work that will never
-            // end: leak the memory its kernels use rather than wait on it.
-            let bound = self.options.timeout * 2 + Duration::from_secs(1);
-            let drained =
-                !nccl_may_run && matches!(drain_within(&self.stream, bound, || Ok(())), Ok(true));
-            if !drained {
-                self.shared.registration.wedge();
-                self.health.leak_mirror();
-                self.windows.leak();
-            }
+        let at_rest = if broken {
+            self.quiesce()
+        } else {
+            self.nccl
+                .as_ref()
+                .is_none_or(|nccl| nccl.end(true) != Ended::Abandoned)
+        };
+        let written = self.health.device_write_settled(DEVICE_WRITE_BOUND);
+        if !at_rest || !written {
+            self.leak_everything();
         }
     }
 }
