@@ -27,15 +27,6 @@ use crate::memory::{MappedHostWords, WordWriter};
 use crate::protocol::fault::{DeviceFault, FaultWords};
 use crate::protocol::host;
 
-/// The error word a fault found on the host leaves in the rank's control
-/// block: a fault kind of its own in the low byte (the device's are 1 to 3),
-/// no kernel, no phase. Peers' waits read any non-zero word as "this rank
-/// failed" (`Deadline::must_stop`), the rank's own kernels as "poisoned"
-/// (`begin_call`); the host never decodes its own word (it keeps the fault
-/// itself). Placeholder until `protocol` defines it (`FAULT_HOST`, with
-/// `CT_ERR_HOST` and a `DeviceFault` case for it).
-pub(crate) const HOST_FAULT_WORD: u32 = 4;
-
 /// A rank's error word in its control block (device memory), and the writer
 /// that puts a host-side fault there without waiting behind the rank's own
 /// stream (which may hold a kernel that never ends).
@@ -199,7 +190,7 @@ impl Health {
         if self.mirror_error() != 0 {
             return;
         }
-        if let Err(e) = device.write(HOST_FAULT_WORD) {
+        if let Err(e) = device.write(crate::protocol::FAULT_HOST) {
             // The host still refuses every later call; only the peers' early
             // stop is lost (they run into their own timeouts).
             log::warn!(
@@ -251,12 +242,15 @@ impl Health {
 /// The error a device fault of rank `rank` is reported as.
 pub(crate) fn fault_error(rank: usize, timeout: Duration, fault: &DeviceFault) -> Error {
     match fault {
-        DeviceFault::Timeout(_) | DeviceFault::Unknown { .. } => Error::Timeout {
-            rank,
-            peer: fault.peer(),
-            during: fault.describe(),
-            timeout,
-        },
+        // The host keeps a fault it found itself; its word is never decoded here.
+        DeviceFault::Timeout(_) | DeviceFault::Host | DeviceFault::Unknown { .. } => {
+            Error::Timeout {
+                rank,
+                peer: fault.peer(),
+                during: fault.describe(),
+                timeout,
+            }
+        }
         DeviceFault::PeerFailed(site) => Error::PeerFault {
             rank,
             peer: site.peer,

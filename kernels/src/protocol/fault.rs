@@ -10,7 +10,7 @@
 
 use super::registry::Kernel;
 use super::signature;
-use super::{FAULT_MISMATCH, FAULT_PEER_FAILED, FAULT_TIMEOUT, WaitPhase};
+use super::{FAULT_HOST, FAULT_MISMATCH, FAULT_PEER_FAILED, FAULT_TIMEOUT, WaitPhase};
 
 /// The words a fault leaves (see [`super::host`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,6 +44,9 @@ pub enum DeviceFault {
     },
     /// `site.peer`, which this rank was waiting for, had failed first.
     PeerFailed(FaultSite),
+    /// The rank's host found a fault and wrote it for the peers
+    /// ([`FAULT_HOST`]); the host reports it itself.
+    Host,
     /// A word this version never writes (memory corruption, or a mismatch
     /// between host and device code).
     Unknown { error: u32, info: u32 },
@@ -72,6 +75,7 @@ impl DeviceFault {
             FAULT_TIMEOUT => DeviceFault::Timeout(site),
             FAULT_MISMATCH => DeviceFault::Mismatch { site, mine, theirs },
             FAULT_PEER_FAILED => DeviceFault::PeerFailed(site),
+            FAULT_HOST => DeviceFault::Host,
             _ => DeviceFault::Unknown { error, info },
         })
     }
@@ -82,6 +86,7 @@ impl DeviceFault {
             DeviceFault::Timeout(site)
             | DeviceFault::PeerFailed(site)
             | DeviceFault::Mismatch { site, .. } => site.describe(),
+            DeviceFault::Host => "a fault this rank's host found".into(),
             DeviceFault::Unknown { error, info } => {
                 format!("an unknown device fault (error word {error:#x}, info {info:#x})")
             }
@@ -93,7 +98,7 @@ impl DeviceFault {
             DeviceFault::Timeout(site)
             | DeviceFault::PeerFailed(site)
             | DeviceFault::Mismatch { site, .. } => Some(site.peer),
-            DeviceFault::Unknown { .. } => None,
+            DeviceFault::Host | DeviceFault::Unknown { .. } => None,
         }
     }
 
@@ -199,5 +204,13 @@ mod tests {
         let fault = DeviceFault::decode(words(0x42, 9)).unwrap();
         assert!(fault.describe().contains("0x42"));
         assert_eq!(fault.peer(), None);
+    }
+
+    #[test]
+    fn a_fault_the_host_wrote_decodes_as_the_hosts() {
+        let fault = DeviceFault::decode(words(FAULT_HOST, 0)).unwrap();
+        assert_eq!(fault, DeviceFault::Host);
+        assert_eq!(fault.peer(), None);
+        assert_eq!(fault.describe(), "a fault this rank's host found");
     }
 }

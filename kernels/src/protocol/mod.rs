@@ -194,10 +194,14 @@ pub const FAULT_TIMEOUT: u32 = 1;
 pub const FAULT_MISMATCH: u32 = 2;
 /// The peer a wait was for recorded a fault of its own: it will never send.
 pub const FAULT_PEER_FAILED: u32 = 3;
+/// A fault the rank's host found (a launch that failed, an NCCL error, a
+/// stream that did not drain), written into the rank's error word so that
+/// its peers' waits end as they do for a device fault (`comm::health`).
+pub const FAULT_HOST: u32 = 4;
 
 /// The `#define`s the CUDA sources are compiled with.
 pub fn cuda_prelude() -> String {
-    let defines: [(&str, String); 31] = [
+    let defines: [(&str, String); 32] = [
         ("CT_MAX_WORLD", MAX_WORLD.to_string()),
         ("CT_DEAL_WORLD", DEAL_WORLD.to_string()),
         ("CT_DEAL_MIN_BYTES", format!("{DEAL_MIN_BYTES}ull")),
@@ -223,6 +227,7 @@ pub fn cuda_prelude() -> String {
         ("CT_SIG_MASK", format!("{:#x}ull", signature::MASK)),
         ("CT_ERR_MISMATCH", format!("{FAULT_MISMATCH}u")),
         ("CT_ERR_PEER_FAILED", format!("{FAULT_PEER_FAILED}u")),
+        ("CT_ERR_HOST", format!("{FAULT_HOST}u")),
         ("CT_CTRL_STATE", ctrl::STATE.to_string()),
         ("CT_CTRL_STATE_WORDS", ctrl::STATE_WORDS.to_string()),
         ("CT_STATE_PUSH_PHASE", ctrl::STATE_PUSH_PHASE.to_string()),
