@@ -68,13 +68,10 @@ __device__ __forceinline__ void one_shot_pull(const CollArgs& a) {
     }
     // 3. Read every rank's half (the other blocks check the peers' calls
     //    before they use it).
-    bool ok = true;
-    for (u64 base = first; ok && base < packs; base += stride * UNROLL)
-        ok = receive_step<W, UNROLL, false>(
-            a, Step{base, stride, packs}, CT_KERNEL_ONE_SHOT_PULL,
-            PeerCheck{blockIdx.x != 0 && base == first, state.calls},
-            [&](u64 i) { return ld_pack_sys(staged(a.rank, i)); }, staged,
-            [&](u64 i, const Pack (&r)[World<W>::SLOTS]) { store_result<W, E, REDUCE>(a, i, r); });
+    auto own = [&](u64 i) { return ld_pack_sys(staged(a.rank, i)); };
+    auto store = [&](u64 i, const Pack (&r)[World<W>::SLOTS]) { store_result<W, E, REDUCE>(a, i, r); };
+    const bool ok = receive_steps<W, UNROLL, false>(a, first, stride, packs, CT_KERNEL_ONE_SHOT_PULL,
+                                                    PeerCheck{blockIdx.x != 0, state.calls}, true, own, staged, store);
     if (!ok) mark_failed(a, one_shot_outputs(a, !REDUCE), first, stride);
 }
 

@@ -90,12 +90,9 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
               handshake_check(a, shake, state.calls, CT_KERNEL_ONE_SHOT_PUSH, handshake_peek(a, shake));
     const char* mine = (const char*)a.push_bufs[a.rank] + buffer;
     auto slot = [&](u32 p, u64 i) { return mine + (u64)p * a.slot_bytes + i * 16u; };
-    for (u64 base = first; ok && base < packs; base += stride * UNROLL)
-        ok = receive_step<W, UNROLL, true>(a, Step{base, stride, packs}, CT_KERNEL_ONE_SHOT_PUSH,
-                                           PeerCheck{base == first, state.calls}, input, slot,
-                                           [&](u64 i, const Pack (&r)[World<W>::SLOTS]) {
-                                               store_result<W, E, REDUCE>(a, i, r);
-                                           });
+    auto store = [&](u64 i, const Pack (&r)[World<W>::SLOTS]) { store_result<W, E, REDUCE>(a, i, r); };
+    ok = receive_steps<W, UNROLL, true>(a, first, stride, packs, CT_KERNEL_ONE_SHOT_PUSH, PeerCheck{true, state.calls},
+                                        ok, input, slot, store);
     if (!ok) mark_failed(a, one_shot_outputs(a, !REDUCE), first, stride);
 }
 

@@ -354,14 +354,15 @@ __device__ __forceinline__ void rearm_previous(const CollArgs& a, const CallStat
 // threads, which small messages give no data, before any wait for data), so a
 // mismatch is found even when no data of the peer's call ever comes.
 //
-// And no thread uses a peer's data unchecked: a thread whose data comes from
-// a peer outside a checked barrier (every thread of the Lamport algorithms,
-// the threads of the barrier algorithms' other blocks) loads the peers'
-// mailbox values with its first step's data, from its own rank's mailbox, and
-// compares them once the data is there, before it uses any (PeerCalls). Data
-// a peer forwards (a two-shot algorithm's reduced shards) was checked by the
-// thread that sent it. So a mismatched call never computes from the wrong
-// data: the threads that would mark their output instead.
+// And no thread uses a peer's data unchecked: where data comes from a peer
+// outside a checked barrier (every thread of the Lamport algorithms, the
+// threads of the barrier algorithms' other blocks), each warp loads the
+// peers' mailbox values from its own rank's mailbox with its first step's
+// data, one lane per peer, and votes before any of that data is used
+// (PeerVote). Data a peer forwards (a two-shot algorithm's reduced shards)
+// was checked by the thread that sent it. So a mismatched call never
+// computes from the wrong data: the threads that would mark their output
+// instead.
 //
 // A mailbox value is the call signature the host computed (protocol::
 // signature: algorithm, collective, dtype, bytes, with a bit that makes it
@@ -438,34 +439,53 @@ __device__ __forceinline__ bool handshake_check(const CollArgs& a, u32 peer, u32
     }
 }
 
-// The peers' mailbox values as one thread loads them with its first step's
-// data; agree() compares them once that data is there. Whether a thread must
-// check is its kernel's call (PeerCheck): loading costs one load per peer,
-// in flight with the data's, and comparing a few instructions.
+// The peers' calls as a warp checks them, lanes 2p and 2p + 1 for the two
+// halves of peer p's mailbox value: each lane loads one 32-bit word (started
+// with a step's data loads, so both latencies overlap), and one vote tells the
+// warp whether every peer's value is this call's. A warp collective: every
+// lane of the warp must take part, with the same `active` (PeerCheck). When
+// the vote fails (a value not arrived yet, a peer already past this call, or
+// another call) every lane checks every peer itself (peers_agree:
+// handshake_check, bounded, reports a mismatch). One register per lane,
+// whatever the world size.
 struct PeerCheck {
-    bool active;  // this step checks
-    u32 calls;    // the thread's call count (CallState::calls)
+    bool active;  // this step checks (the same in every lane of the warp)
+    u32 calls;    // the call count (CallState::calls)
 };
 
-template <int W>
-struct PeerCalls {
-    u64 seen[World<W>::SLOTS];
+struct PeerVote {
+    u32 seen;   // lane 2p + h: half h of peer p's value (lanes that are no peer's: unused)
+    bool peer;  // this lane loaded a half
 
     __device__ __forceinline__ void load(const CollArgs& a) {
-        for_peers<W>(a, [&](u32 p) { seen[p] = handshake_peek(a, p); });
+        const u32 lane = threadIdx.x & 31u;
+        const u32 p = lane >> 1;
+        peer = p < a.world && p != a.rank;
+        if (peer) seen = ld_u32_sys((const u32*)mailbox_slot(a, a.rank, p) + (lane & 1u));
     }
 
-    // True when every peer made this call (or finished it); waits (bounded)
-    // for a value that has not arrived. False once the call must stop (a
-    // mismatch, reported, or Deadline::must_stop).
-    __device__ __forceinline__ bool agree(const CollArgs& a, u32 calls, u32 kernel) const {
-        bool ok = true;  // not an early return: see wait_ranks
-        for_peers<W>(a, [&](u32 p) {
-            if (ok) ok = handshake_check(a, p, calls, kernel, seen[p]);
-        });
-        return ok;
+    // True when every peer's value is exactly this call's (both halves of it
+    // equal this rank's: the same call count and signature). Anything else
+    // (a value not arrived yet, a peer already past this call, another call)
+    // is for peers_agree to judge.
+    __device__ __forceinline__ bool all_agree(const CollArgs& a, u32 calls) const {
+        const u64 mine = mailbox_value(a, calls);
+        const u32 half = (threadIdx.x & 1u) ? (u32)(mine >> 32) : (u32)mine;
+        return __all_sync(0xffffffffu, !peer || seen == half) != 0;
     }
 };
+
+// Every peer's call checked by this thread, waiting (bounded) for values not
+// arrived yet: the slow path behind a failed vote. False once the call must
+// stop (a mismatch, reported, or Deadline::must_stop).
+template <int W>
+__device__ __forceinline__ bool peers_agree(const CollArgs& a, u32 calls, u32 kernel) {
+    bool ok = true;  // not an early return: see wait_ranks
+    for_peers<W>(a, [&](u32 p) {
+        if (ok) ok = handshake_check(a, p, calls, kernel, handshake_peek(a, p));
+    });
+    return ok;
+}
 
 // ---------------------------------------------------------------------------
 // Steps: the one loop body every algorithm is made of
@@ -543,22 +563,44 @@ __device__ __forceinline__ bool wait_ranks(const CollArgs& a, const Step& s, Pac
 }
 
 // One receiving step: load every rank's pack of each unit, wait for the
-// Lamport ones (LAMPORT), check the peers' calls (check.active: their mailbox
-// values are loaded with the data), and hand each unit's packs to use(i, v).
-// False once a wait must stop or a peer made another call.
+// Lamport ones (LAMPORT), and hand each unit's packs to use(i, v). With
+// check.active it also checks the peers' calls before any pack is used
+// (PeerVote, loaded with the data): then it is a warp collective, which every
+// lane of the warp must call, units or not (receive_steps). False once a wait
+// must stop or a peer made another call.
 template <int W, int UNROLL, bool LAMPORT, typename Own, typename At, typename Use>
 __device__ __forceinline__ bool receive_step(const CollArgs& a, const Step& s, u32 kernel, PeerCheck check, Own own,
                                              At at, Use use) {
     Pack v[UNROLL][World<W>::SLOTS];
-    PeerCalls<W> calls;
-    if (check.active) calls.load(a);
+    PeerVote vote;
+    if (check.active) vote.load(a);
     load_ranks<W, UNROLL>(a, s, v, own, at);
+    const bool agreed = !check.active || vote.all_agree(a, check.calls);
     if (LAMPORT && !wait_ranks<W, UNROLL>(a, s, v, kernel, at)) return false;
-    if (check.active && !calls.agree(a, check.calls, kernel)) return false;
+    if (!agreed && !peers_agree<W>(a, check.calls, kernel)) return false;
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
         if (s.has(u)) use(s.unit(u), v[u]);
     return true;
+}
+
+// A thread's receiving steps over its units below `count`. The first step is
+// taken by every thread of the warp, units or not, so that it can check the
+// peers' calls (check.active: a warp collective); the others only while the
+// thread has units and nothing failed. `ok` is the thread's verdict so far
+// (the first step runs even when it is false: the warp's vote needs every
+// lane). False once a wait must stop or a peer made another call.
+template <int W, int UNROLL, bool LAMPORT, typename Own, typename At, typename Use>
+__device__ __forceinline__ bool receive_steps(const CollArgs& a, u64 first, u64 stride, u64 count, u32 kernel,
+                                              PeerCheck check, bool ok, Own own, At at, Use use) {
+    for (u64 base = first;; base += stride * UNROLL) {
+        const bool is_first = base == first;
+        if (!is_first && !(ok && base < count)) break;
+        const bool stepped = receive_step<W, UNROLL, LAMPORT>(
+            a, Step{base, stride, count}, kernel, PeerCheck{check.active && is_first, check.calls}, own, at, use);
+        ok = ok && stepped;
+    }
+    return ok;
 }
 
 // Shards (the two-shot algorithms): a message of `packs` packs is cut into

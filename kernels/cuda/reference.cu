@@ -58,7 +58,7 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
     // check them on the first chunk (loaded before they read the staging,
     // compared after): a thread that found another call marks its elements,
     // and its block signals no later barrier.
-    PeerCalls<0> calls;
+    PeerVote vote;
     bool agreed = true;
     bool ok = true;
     for (u64 c = 0; c < chunks; ++c) {
@@ -76,8 +76,8 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
             ok = false;
             break;
         }
-        const bool check = blockIdx.x != 0 && c == 0 && first < len;
-        if (check) calls.load(a);
+        const bool check = blockIdx.x != 0 && c == 0;  // the same in every thread of the block
+        if (check) vote.load(a);
 
         for (u64 j = first; j < len; j += stride) {
             if (REDUCE) {
@@ -92,7 +92,8 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
                 }
             }
         }
-        if (check) agreed = calls.agree(a, state.calls, CT_KERNEL_REFERENCE);
+        if (check)
+            agreed = vote.all_agree(a, state.calls) || peers_agree<0>(a, state.calls, CT_KERNEL_REFERENCE);
     }
     if (!ok || !agreed) mark_failed_elements<Bits, REDUCE>((Bits*)out, units, chunk_units, world, first, stride);
 }

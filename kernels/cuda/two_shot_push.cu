@@ -80,16 +80,15 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
               handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
     const u64 own_first = rank * sh.shard;
     const u64 own = packs > own_first ? (packs - own_first < sh.shard ? packs - own_first : sh.shard) : 0u;
-    for (u64 base = first; ok && base < own; base += stride * UNROLL)
-        ok = receive_step<W, UNROLL, true>(
-            a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PUSH, PeerCheck{base == first, state.calls},
-            [&](u64 j) { return input(rank, j); },
-            [&](u32 p, u64 j) { return mine + (u64)p * a.slot_bytes + j * 16u; },
-            [&](u64 j, const Pack (&r)[World<W>::SLOTS]) {
-                const Pack sum = without_sentinel(reduce_ranks<E, World<W>::SLOTS>(r, World<W>::size(a)));
-                st_io(out + (own_first + j) * 16u, sum, aligned);
-                for_peers<W>(a, [&](u32 q) { lamport_push((char*)a.push_bufs[q] + my_slot + (sh.shard + j) * 16u, sum); });
-            });
+    auto own_input = [&](u64 j) { return input(rank, j); };
+    auto copy_of = [&](u32 p, u64 j) { return mine + (u64)p * a.slot_bytes + j * 16u; };
+    auto reduce = [&](u64 j, const Pack (&r)[World<W>::SLOTS]) {
+        const Pack sum = without_sentinel(reduce_ranks<E, World<W>::SLOTS>(r, World<W>::size(a)));
+        st_io(out + (own_first + j) * 16u, sum, aligned);
+        for_peers<W>(a, [&](u32 q) { lamport_push((char*)a.push_bufs[q] + my_slot + (sh.shard + j) * 16u, sum); });
+    };
+    ok = receive_steps<W, UNROLL, true>(a, first, stride, own, CT_KERNEL_TWO_SHOT_PUSH, PeerCheck{true, state.calls},
+                                        ok, own_input, copy_of, reduce);
 
     // 4. Gather every other shard as its sum lands (its sender checked the
     //    calls before it sent it).

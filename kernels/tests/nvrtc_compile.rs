@@ -84,12 +84,11 @@ fn check_build(arch: Arch, world_spec: u32) {
 
 /// Most bytes of spill stores a custom kernel of a build other than world
 /// size 2 may have (see check_build): the largest seen at the last change of
-/// the kernels, so any growth fails. Since the kernels were written as steps
-/// (prims.cu) the only custom kernel that spills is two_shot_push of the
-/// world-size-5 build for sm_80 (36 bytes; 16 before), while the sm_100
-/// builds for 3, 4 and 6 ranks (up to 16 bytes) and the sm_90 build for 4
-/// (one_shot_push, 8 bytes) no longer spill at all.
-const SPILL_TOLERANCE: u64 = 36;
+/// the kernels, so any growth fails. Since every warp checks the peers' calls
+/// before it uses their data (prims.cu, PeerVote), a few kernels of the
+/// builds for 4, 7 and 8 ranks spill 4 to 12 bytes (one_shot_push's, most of
+/// them its all-gather); nothing else spills.
+const SPILL_TOLERANCE: u64 = 12;
 
 /// Bytes of spill stores the assembler's log reports for `function` (0 when
 /// it reports none).
