@@ -20,7 +20,7 @@
 //!
 //! **Regret** at a size is `max(0, t_chosen / t_rival − 1)` with medians, and
 //! its interval (99 %, see [`CONFIDENCE`]) comes from the two medians'
-//! distribution-free intervals ([`stats::median_ratio_interval`]). It is always the estimate: nothing is
+//! distribution-free intervals ([`stats::ratio`]). It is always the estimate: nothing is
 //! zeroed for being insignificant; the interval says what the noise allows.
 //!
 //! **Verdict** per key: FAIL when a wrong result was seen, or the interval of
@@ -60,7 +60,8 @@ pub struct VerifySettings {
     pub min_bytes: u64,
     pub max_bytes: u64,
     /// The first look at every candidate, and the extra rounds that find the
-    /// rival (`max_remeasure_rounds`, tie tolerance and `alpha`).
+    /// rival (`max_remeasure_rounds` and the margin); its `confidence` is the
+    /// coverage of every interval here, each size's regret's included.
     pub effort: Effort,
     /// Interleaved rounds of the choice and its rival: at least this many (or
     /// `max_rounds`, if fewer), so that one slow round of either moves the
@@ -69,8 +70,6 @@ pub struct VerifySettings {
     /// …and at most this many, fewer once the regret's interval is clear of
     /// the limits.
     pub max_rounds: u32,
-    /// Coverage of each size's regret interval.
-    pub confidence: f64,
     /// Fail when a key's median regret (spread sizes) exceeds this fraction…
     pub max_median_regret: f64,
     /// …or its worst one (any size) exceeds this.
@@ -91,14 +90,13 @@ impl Default for VerifySettings {
                     samples: 25,
                     warmup: 5,
                 },
-                remeasure_threshold: 0.03,
+                margin: crate::fit::DEFAULT_MARGIN,
+                confidence: CONFIDENCE,
                 max_remeasure_rounds: 2,
                 max_probe_rounds: 3,
-                alpha: 0.01,
             },
             min_rounds: 4,
             max_rounds: 8,
-            confidence: CONFIDENCE,
             max_median_regret: 0.01,
             max_worst_regret: 0.05,
         }
@@ -638,11 +636,11 @@ impl SizeJudge<'_> {
                 rounds: 0,
             }));
         };
-        let first = regret_of(&column, chosen, rival, self.settings.confidence);
-        let ratio = stats::median_ratio_interval(
+        let first = regret_of(&column, chosen, rival, self.settings.effort.confidence);
+        let ratio = stats::ratio(
             &column[&chosen].samples_us,
             &column[&rival].samples_us,
-            self.settings.confidence,
+            self.settings.effort.confidence,
         )
         .expect("both ran");
         // The first look decides only when it shows the choice faster than
@@ -729,7 +727,7 @@ impl SizeJudge<'_> {
             )
             .map_err(|(algo, e)| failed(key, algo, bytes, &e))?;
             done += 1;
-            let r = regret_of(&column, chosen, rival, settings.confidence);
+            let r = regret_of(&column, chosen, rival, settings.effort.confidence);
             let clear = clear_of_limits(&r, kind, settings);
             regret = Some(r);
             if done >= min_rounds && clear {
@@ -770,8 +768,7 @@ fn failed(
 fn regret_of(column: &Column, chosen: Algo, rival: Algo, confidence: f64) -> SizeRegret {
     let (c, r) = (&column[&chosen], &column[&rival]);
     let medians = measure::medians(column);
-    let ratio = stats::median_ratio_interval(&c.samples_us, &r.samples_us, confidence)
-        .expect("both have samples");
+    let ratio = stats::ratio(&c.samples_us, &r.samples_us, confidence).expect("both have samples");
     SizeRegret {
         bytes: c.bytes,
         kind: SizeKind::Spread,
@@ -968,7 +965,7 @@ impl VerifyReport {
             "limits: median {}, worst {}; {:.0}% intervals",
             pct(self.settings.max_median_regret),
             pct(self.settings.max_worst_regret),
-            self.settings.confidence * 100.0
+            self.settings.effort.confidence * 100.0
         );
         match (self.verdict(), &self.nothing_judged) {
             (None, reason) => {
@@ -1088,7 +1085,7 @@ impl VerifyReport {
             "limits": {
                 "median_regret": self.settings.max_median_regret,
                 "worst_regret": self.settings.max_worst_regret,
-                "confidence": self.settings.confidence,
+                "confidence": self.settings.effort.confidence,
             },
             "noise": self.noise.map(|n| json!({
                 "points": n.points,

@@ -92,11 +92,10 @@ pub fn source_of(evidence: &Evidence) -> Source {
 /// How a table was measured, for the reviewer reading the TOML.
 fn table_note(key: &KeyFit, settings: &FitSettings, tuner_version: &str) -> String {
     format!(
-        "measured by tuner v{tuner_version}: {} sizes, at least {} samples/point, noise margin {}%, alpha {}",
+        "measured by tuner v{tuner_version}: {} sizes, at least {} samples/point, noise margin {}%",
         key.sizes,
         key.min_samples,
-        (settings.margin * 1000.0).round() / 10.0,
-        settings.alpha
+        (settings.margin * 1000.0).round() / 10.0
     )
 }
 

@@ -22,8 +22,7 @@ fn fit_args(evidence: &std::path::Path, out: &std::path::Path) -> FitCommandArgs
         force: false,
         json: false,
         fit: FitArgs {
-            margin_pct: 4.0,
-            alpha: 0.01,
+            margin_pct: tuner::fit::DEFAULT_MARGIN * 100.0,
             min_samples: 5,
         },
     }

@@ -226,16 +226,19 @@ fn after_a_capacity_cut_the_best_remaining_candidate_takes_over_not_nccl() {
         alpha_us: 20.0,
         bytes_per_us: 40_000.0,
         step: None,
+        knee_bytes: None,
     };
     let pull = LatencyModel {
         alpha_us: 0.97 * nccl.alpha_us,
         bytes_per_us: nccl.bytes_per_us / 0.97,
         step: Some((2048 * KIB, 15.0)),
+        knee_bytes: None,
     };
     let push = LatencyModel {
         alpha_us: 3.0,
         bytes_per_us: 4000.0,
         step: None,
+        knee_bytes: None,
     };
     let mut config = SyntheticConfig::nominal(0.01, 21);
     let models = &mut config.models;

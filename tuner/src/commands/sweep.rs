@@ -37,12 +37,9 @@ pub struct SweepArgs {
     /// Untimed calls before the samples of each point
     #[arg(long, default_value_t = 5)]
     pub warmup: u32,
-    /// At each size, the fastest candidate and every one that is neither
-    /// significantly slower nor shown to be within ±this many percent of it
-    /// get more rounds, interleaved…
-    #[arg(long, default_value_t = 3.0, value_name = "PCT")]
-    pub remeasure_pct: f64,
-    /// …at most this many at a grid point…
+    /// At each size, the two fastest candidates get more rounds, interleaved,
+    /// while the interval of their ratio holds the margin (--margin-pct)…
+    /// at most this many at a grid point…
     #[arg(long, default_value_t = crate::sweep::DEFAULT_REMEASURE_ROUNDS)]
     pub remeasure_rounds: u32,
     /// …and at most this many at a probe between grid points
@@ -83,10 +80,9 @@ impl SweepArgs {
                 samples: self.samples,
                 warmup: self.warmup,
             },
-            remeasure_threshold: self.remeasure_pct / 100.0,
+            margin: self.fit.margin_pct / 100.0,
             max_remeasure_rounds: self.remeasure_rounds,
             max_probe_rounds: self.probe_rounds,
-            alpha: self.fit.alpha,
             ..defaults
         }
     }
