@@ -128,9 +128,12 @@ pub use platforms::{PlatformInfo, TableInfo};
 /// checks as `policy`'s own; see [An engine's own tables](crate#an-engines-own-tables).
 pub use policy_macros::include_tuned;
 pub use tables::{Tables, TablesInUse, tables_in_use, use_tables};
+/// When a custom algorithm refuses a call (which then runs on NCCL): the rule
+/// `kernels` applies after [`select`].
+pub use tuned_schema::decline;
 pub use tuned_schema::{
     Algo, AlgoKind, Arch, Band, Capacity, CapacityEntry, Collective, DEFAULT_ALIGN, DType, Link,
-    Mode, Query, TableKey, default_capacity,
+    Mode, PACK_BYTES, Query, TableKey, default_capacity,
 };
 
 // `tuned` is inside this package so that the published crate carries it; in

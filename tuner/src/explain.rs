@@ -3,12 +3,13 @@
 //! whether the kernel takes the call or declines it to NCCL.
 //!
 //! The answer is the tables' selection ([`TableSet::select`], for the compiled
-//! tables exactly `policy::select`) followed by the part of `kernels`' decline
-//! rule that needs no GPU ([`decline`]): the same two steps
+//! tables exactly `policy::select`) followed by `kernels`' decline rule
+//! ([`policy::decline`]) on the world the tables promise: the same two steps
 //! `kernels::RankComm` takes for every call.
 
 use std::fmt::Write;
 
+use policy::decline::{CallShape, Offer, decline};
 use policy::{Algo, Capacity, Collective, Query};
 use serde_json::{Value, json};
 
@@ -21,66 +22,28 @@ use crate::tables::{TableSet, band_of};
 /// test holds the two equal when it is on).
 pub const MAX_WORLD: u32 = 8;
 
-/// Why a custom kernel refuses a call, as far as that is known without GPUs.
-/// The words are `kernels::Decline::describe`'s.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decline {
-    /// The algorithm does not implement this collective (two-shot all-gather).
-    NotImplemented,
-    /// More bytes than the platform's capacity for the algorithm.
-    OverCapacity,
-    /// Not a multiple of the alignment (16 bytes; for all-gather, per share).
-    Misaligned,
-}
+/// A world as the tables promise it to `kernels`' decline rule: the
+/// platform's capacity for the chosen algorithm, peer access, and a window and
+/// registered buffers sized from the capacities. Whether the GPUs reach each
+/// other and NCCL registers a window only the GPUs can tell.
+struct Promised(Capacity);
 
-impl Decline {
-    pub fn describe(self) -> &'static str {
-        match self {
-            Decline::NotImplemented => "the algorithm does not implement this collective",
-            Decline::OverCapacity => "the message is larger than the algorithm's capacity",
-            Decline::Misaligned => "the message is not a multiple of 16 bytes (per rank)",
-        }
+impl Offer for Promised {
+    fn capacity(&self, _: Collective, _: Algo) -> Capacity {
+        self.0
     }
-}
 
-/// The bytes every custom kernel moves per rank at a time (`kernels`' pack).
-const PACK_BYTES: u64 = 16;
+    fn peer_access(&self) -> bool {
+        true
+    }
 
-/// `kernels`' decline rule (`kernels/src/protocol/decline.rs`) for a call of
-/// `bytes` (output bytes) of `collective` on `world` ranks with `algo`,
-/// whose capacity on the platform is `capacity`: the checks that need no GPU,
-/// in the same order. The other two need the world itself (the GPUs have no
-/// peer access; the registered buffers are smaller than the capacity, which
-/// the buffer plan rules out) and are not modelled. NCCL never declines; a
-/// 0-byte call never reaches the rule (nothing runs).
-pub fn decline(
-    collective: Collective,
-    algo: Algo,
-    world: u32,
-    bytes: u64,
-    capacity: Capacity,
-) -> Option<Decline> {
-    if !algo.is_custom() {
-        return None;
+    fn window_bytes(&self) -> u64 {
+        self.0.max_bytes
     }
-    if !algo.implements(collective) {
-        return Some(Decline::NotImplemented);
+
+    fn buffers_hold(&self, _: &CallShape) -> bool {
+        true
     }
-    if !capacity.accepts_message(collective, world, bytes) {
-        return Some(if bytes > capacity.max_bytes {
-            Decline::OverCapacity
-        } else {
-            Decline::Misaligned
-        });
-    }
-    let per_rank = collective.per_rank_size(u64::from(world), bytes);
-    if collective == Collective::AllGather && !bytes.is_multiple_of(u64::from(world))
-        || per_rank == 0
-        || !per_rank.is_multiple_of(PACK_BYTES)
-    {
-        return Some(Decline::Misaligned);
-    }
-    None
 }
 
 /// Everything `explain` found out about one query.
@@ -152,7 +115,8 @@ impl Explanation {
         } else {
             let capacity =
                 capacity.unwrap_or_else(|| policy::default_capacity(key.collective, chosen));
-            match decline(key.collective, chosen, world, query.bytes, capacity) {
+            let call = CallShape::new(key.collective, chosen, world as usize, query.bytes);
+            match decline(&call, &Promised(capacity)) {
                 None => (chosen, format!("{} takes the call", chosen.name())),
                 Some(why) => (
                     Algo::Nccl,
@@ -449,84 +413,6 @@ mod tests {
             prop_assert_eq!(runs(&text), oracle(q).name(), "{}", text);
             let selected = format!("selected: {} (policy::select)", policy::select(q).name());
             prop_assert!(text.contains(&selected), "{}", text);
-        }
-    }
-
-    /// The cases of kernels' unit tests (`protocol/decline.rs`), with the
-    /// default capacities they use.
-    #[test]
-    fn decline_agrees_with_the_kernels_unit_tests() {
-        use Algo::*;
-        use Collective::*;
-        const MIB: u64 = 1 << 20;
-        let check = |c: Collective, a: Algo, w: u32, bytes: u64| {
-            let mut cap = policy::default_capacity(c, a);
-            if (c, a) == (AllReduce, TwoShotPush) {
-                cap.max_bytes = 0;
-            }
-            decline(c, a, w, bytes, cap)
-        };
-        assert_eq!(check(AllReduce, Nccl, 2, 3), None);
-        assert_eq!(check(AllGather, Nccl, 8, u64::MAX / 2), None);
-        for (c, a, w, b) in [
-            (AllReduce, OneShotPush, 8, 16),
-            (AllReduce, OneShotPush, 8, 8 * MIB),
-            (AllReduce, OneShotPull, 2, 16 * MIB),
-            (AllReduce, TwoShotPull, 8, 64 * MIB),
-            (AllReduce, TwoShotPull, 3, 16 * 37),
-            (AllGather, OneShotPush, 8, 8 * 16),
-            (AllGather, OneShotPull, 4, 16 * MIB),
-        ] {
-            assert_eq!(check(c, a, w, b), None, "{c:?} {a:?} {w} {b}");
-        }
-        assert_eq!(
-            check(AllReduce, OneShotPush, 8, 8 * MIB + 16),
-            Some(Decline::OverCapacity)
-        );
-        assert_eq!(
-            check(AllReduce, TwoShotPull, 2, 128 * MIB),
-            Some(Decline::OverCapacity)
-        );
-        assert_eq!(
-            check(AllGather, OneShotPush, 2, 16 * MIB),
-            Some(Decline::OverCapacity)
-        );
-        for (c, a, w, b) in [
-            (AllReduce, OneShotPush, 2, 24),
-            (AllReduce, OneShotPull, 2, 2),
-            (AllGather, OneShotPull, 8, 64),
-            (AllGather, OneShotPush, 3, 16 * 4),
-        ] {
-            assert_eq!(
-                check(c, a, w, b),
-                Some(Decline::Misaligned),
-                "{c:?} {a:?} {w} {b}"
-            );
-        }
-        assert_eq!(
-            check(AllGather, TwoShotPull, 2, 64),
-            Some(Decline::NotImplemented)
-        );
-        // A table alignment below 16 still needs whole packs.
-        let loose = Capacity {
-            max_bytes: 16 * MIB,
-            align: 8,
-        };
-        assert_eq!(
-            decline(AllReduce, OneShotPull, 2, 24, loose),
-            Some(Decline::Misaligned)
-        );
-    }
-
-    #[cfg(feature = "gpu")]
-    #[test]
-    fn decline_words_are_the_kernels_words() {
-        for (ours, theirs) in [
-            (Decline::NotImplemented, kernels::Decline::NotImplemented),
-            (Decline::OverCapacity, kernels::Decline::OverCapacity),
-            (Decline::Misaligned, kernels::Decline::Misaligned),
-        ] {
-            assert_eq!(ours.describe(), theirs.describe());
         }
     }
 

@@ -388,14 +388,10 @@ impl Algo {
 
 /// The capacity `kernels` assumes for an algorithm on a platform whose file
 /// does not declare one (or that has no file at all): the capacity of its
-/// line in [`Algo`]'s table (all-reduce: `nccl_symmetric` 64 MiB,
-/// `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB, `two_shot_pull` 64 MiB,
-/// `two_shot_push` 8 MiB; all-gather: `nccl_symmetric` 64 MiB, `one_shot_push`
-/// 8 MiB, `one_shot_pull` 16 MiB), aligned to 16 bytes (the
-/// kernels move 16-byte vectors). A library's collective takes any size
-/// (`max_bytes = u64::MAX`, `align = 1`); an algorithm that does not implement
-/// the collective takes nothing (`max_bytes = 0`), so `accepts` is false for
-/// every size.
+/// line in [`Algo`]'s table, aligned to [`DEFAULT_ALIGN`]. A library's
+/// collective takes any size (`max_bytes = u64::MAX`, `align = 1`); an
+/// algorithm that does not implement the collective takes nothing
+/// (`max_bytes = 0`), so `accepts` is false for every size.
 pub const fn default_capacity(collective: Collective, algo: Algo) -> Capacity {
     if !algo.implements(collective) {
         return Capacity {
@@ -415,9 +411,12 @@ pub const fn default_capacity(collective: Collective, algo: Algo) -> Capacity {
     }
 }
 
-/// Alignment of every custom kernel unless a platform file says otherwise: the
-/// kernels move 16-byte vectors.
-pub const DEFAULT_ALIGN: u64 = 16;
+/// The bytes every custom kernel moves per rank at a time (a 16-byte vector).
+pub const PACK_BYTES: u64 = 16;
+
+/// Alignment of every custom algorithm unless a platform file says otherwise:
+/// whole packs.
+pub const DEFAULT_ALIGN: u64 = PACK_BYTES;
 
 /// How large a message a custom algorithm takes on a platform, and the size
 /// granularity it needs. Sizes outside this are declined and run on NCCL.
