@@ -22,8 +22,8 @@
 //! - [`select`]`(q) -> Algo`: constant-array lookups: the (link, table arch)
 //!   and the query's [`TableKey`] (`q.key`: collective, world size, dtype, mode) give a
 //!   table index, and the band is found by counting, without branches, the
-//!   band edges below `q.bytes`
-//!   (≈4 ns per query; a `match` with an `if` chain measured ≈12 ns);
+//!   band edges below `q.bytes`, so its cost does not depend on the mix of
+//!   queries (the `select` benchmark times it);
 //! - [`table_arch`]`(arch, link)`: which platform file answers a query;
 //! - [`capacity`]`(arch, link, collective, algo)`: the buffer size and alignment
 //!   a custom algorithm needs there (`kernels` sizes its buffers from this);

@@ -68,11 +68,10 @@ pub struct SweepSettings {
 }
 
 impl Default for SweepSettings {
-    /// Sized for a budget: all-reduce and all-gather × 3 dtypes × 2 modes for
-    /// one world size in under 3 minutes on 2 x H200 (48 grid sizes, 25
-    /// samples each). There the per-sample noise is about 1 %, so nearly
-    /// every choice is settled by the first round and the extra rounds go to
-    /// the few sizes where two candidates are within a few percent.
+    /// Sized for a budget of a few minutes per world size (GUIDE.md,
+    /// "Budget"): on a quiet machine nearly every choice is settled by the
+    /// first round, and the extra rounds go to the few sizes where two
+    /// candidates are within a few percent.
     fn default() -> Self {
         SweepSettings {
             collectives: Collective::ALL.to_vec(),

@@ -46,7 +46,7 @@ pub const EDGE_OFFSETS: [f64; 4] = [-0.10, -0.03, 0.03, 0.10];
 /// Coverage of each size's regret interval. A key's worst regret is the
 /// largest of some fifty sizes' regrets, and its lower end is only as sure as
 /// all of theirs: at 95 % each, a table whose worst is just under the limit
-/// is now and then failed (one key in a thousand in the synthetic tests).
+/// would now and then be failed.
 pub const CONFIDENCE: f64 = 0.99;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -1470,8 +1470,8 @@ mod tests {
 
     /// A table cannot pass when a candidate it did not choose gave wrong
     /// results: with NCCL (the baseline) left out, the regret would be judged
-    /// against custom kernels alone (seen on 4 x H200 with a checker too strict
-    /// for NCCL's rounding).
+    /// against custom kernels alone (a checker too strict for NCCL's rounding
+    /// fails NCCL so).
     #[test]
     fn a_broken_baseline_fails_the_verdict() {
         let (doc, settings) = fitted_document(SyntheticConfig::planted(0.02, 4));

@@ -222,8 +222,7 @@ pub enum AlgoKind {
 /// vocabulary. Its enum variant, name (in TOML files, command lines, logs,
 /// kernel file and entry-point names), kind, the collectives it implements
 /// and the capacity `kernels` gives it where a platform file declares none
-/// all come from its line. Adding an algorithm adds a line here, an entry to
-/// `kernels`' registry and its `.cu` file.
+/// all come from its line. Adding an algorithm: ARCHITECTURE.md, "Adding an algorithm".
 macro_rules! algorithms {
     ($(
         $(#[$doc:meta])*

@@ -9,11 +9,9 @@
 //!
 //! Samples run back to back on each stream, an event between consecutive ones,
 //! after one host barrier and one untimed round: the ranks then run in the
-//! lockstep their collectives impose, as in an engine's forward pass. (A host
-//! barrier before every sample would add the threads' wake-up skew, several
-//! µs, to every sample: with one call per sample that doubled the per-call time
-//! of megabyte messages and made the curves jump wherever `calls_per_sample`
-//! changed.)
+//! lockstep their collectives impose, as in an engine's forward pass. A host
+//! barrier before every sample would add the threads' wake-up skew to every
+//! sample, and the more so the fewer calls a sample holds.
 
 use std::sync::Arc;
 
