@@ -10,8 +10,8 @@
 use std::fmt::Write;
 
 use policy::decline::{CallShape, Offer, decline};
-use policy::{Algo, Capacity, Collective, Query};
-use serde_json::{Value, json};
+use policy::{Algo, Arch, Capacity, Collective, Link, Query};
+use serde::Serialize;
 
 use crate::format;
 use crate::show::source_text;
@@ -46,42 +46,80 @@ impl Offer for Promised {
     }
 }
 
-/// Everything `explain` found out about one query.
-#[derive(Clone, Debug)]
+/// Everything `explain` found out about one query: the text of `tuner
+/// explain` ([`Explanation::render`]) and its JSON (`Serialize`).
+#[derive(Clone, Debug, Serialize)]
 pub struct Explanation {
     pub query: Query,
     /// Where the tables come from ([`TableSet::origin`]).
     pub tables: String,
     /// The file that answers the (arch, link), if any.
-    pub platform: Option<&'static policy::PlatformInfo>,
+    pub file: Option<File>,
     /// The table for the query's key in that file.
     pub table: Option<&'static policy::TableInfo>,
-    /// The band holding the size: index, count, first and last byte, algorithm.
-    pub band: Option<(usize, usize, u64, u64, Algo)>,
+    /// The band holding the size.
+    pub band: Option<BandOf>,
     /// What the tables select (for the compiled tables: `policy::select`).
     pub selected: Algo,
     /// `COLLTUNE_ALGO`, when it forces an algorithm for this collective.
-    pub forced: Option<(String, Algo)>,
+    #[serde(rename = "override")]
+    pub forced: Option<Forced>,
     /// The chosen custom algorithm's capacity on the platform.
     pub capacity: Option<Capacity>,
     /// What runs, and why.
-    pub runs: Algo,
+    #[serde(rename = "because")]
     pub reason: String,
+    pub runs: Algo,
+}
+
+/// The file that answers a query.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct File {
+    /// As named to the macro (or loaded from disk).
+    pub path: &'static str,
+    pub arch: Arch,
+    pub link: Link,
+    pub gpu: &'static str,
+    /// True when the file is another arch's, borrowed by the fallback rule.
+    pub borrowed: bool,
+}
+
+/// The band holding a query's size: the `index`-th of `count`, its first and
+/// last byte, its algorithm.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct BandOf {
+    pub index: usize,
+    pub count: usize,
+    pub first_byte: u64,
+    pub last_byte: u64,
+    pub algo: Algo,
+}
+
+/// An override (`COLLTUNE_ALGO`'s value) and the algorithm it forces.
+#[derive(Clone, Debug, Serialize)]
+pub struct Forced {
+    pub value: String,
+    pub algo: Algo,
 }
 
 impl Explanation {
     /// Works out what runs `query` with `tables`, and why. `forced` is an
     /// override engines honour (`COLLTUNE_ALGO`), with its text.
-    pub fn new(tables: &TableSet, query: Query, forced: Option<(String, Algo)>) -> Explanation {
+    pub fn new(tables: &TableSet, query: Query, forced: Option<Forced>) -> Explanation {
         let key = query.key();
         let platform = tables.platform_for(query.arch, query.link);
         let table = platform.and_then(|p| p.table(key));
         let band = table.and_then(|t| {
-            band_of(t.bands, query.bytes)
-                .map(|(index, low, high, algo)| (index, t.bands.len(), low, high, algo))
+            band_of(t.bands, query.bytes).map(|(index, first_byte, last_byte, algo)| BandOf {
+                index,
+                count: t.bands.len(),
+                first_byte,
+                last_byte,
+                algo,
+            })
         });
         let selected = tables.select(query);
-        let chosen = forced.as_ref().map_or(selected, |(_, algo)| *algo);
+        let chosen = forced.as_ref().map_or(selected, |f| f.algo);
         let world = key.world_size;
         let capacity = (chosen.is_custom() && chosen.implements(key.collective))
             .then(|| tables.capacity(query.arch, query.link, key.collective, chosen));
@@ -107,7 +145,7 @@ impl Explanation {
             )
         } else if !chosen.is_custom() {
             let why = match (&forced, table) {
-                (Some((spec, _)), _) => format!("{} forces nccl", override_text(spec)),
+                (Some(f), _) => format!("{} forces nccl", override_text(&f.value)),
                 (None, Some(_)) => "the table selects nccl".to_string(),
                 (None, None) => "a query with no table selects nccl".to_string(),
             };
@@ -131,7 +169,13 @@ impl Explanation {
         Explanation {
             query,
             tables: tables.origin(),
-            platform,
+            file: platform.map(|p| File {
+                path: p.file,
+                arch: p.arch,
+                link: p.link,
+                gpu: p.gpu,
+                borrowed: p.arch != query.arch,
+            }),
             table,
             band,
             selected,
@@ -157,7 +201,7 @@ impl Explanation {
             format::size(q.bytes)
         );
         let _ = writeln!(out, "tables: {}", self.tables);
-        match self.platform {
+        match self.file {
             None => {
                 let _ = writeln!(
                     out,
@@ -167,20 +211,20 @@ impl Explanation {
                     q.arch.major
                 );
             }
-            Some(platform) => {
+            Some(file) => {
                 let _ = writeln!(
                     out,
                     "file: {} ({} {}, {})",
-                    platform.file,
-                    platform.arch,
-                    platform.link.name(),
-                    platform.gpu
+                    file.path,
+                    file.arch,
+                    file.link.name(),
+                    file.gpu
                 );
-                if platform.arch != q.arch {
+                if file.borrowed {
                     let _ = writeln!(
                         out,
                         "      {} has no file of its own; {} answers (same major, highest minor not above)",
-                        q.arch, platform.arch
+                        q.arch, file.arch
                     );
                 }
                 match self.table {
@@ -198,26 +242,27 @@ impl Explanation {
                 }
             }
         }
-        if let Some((index, count, low, high, algo)) = self.band {
+        if let Some(band) = self.band {
             let _ = writeln!(
                 out,
-                "band {} of {count}: {} → {}",
-                index + 1,
-                band_range(low, high),
-                algo.name()
+                "band {} of {}: {} → {}",
+                band.index + 1,
+                band.count,
+                band_range(band.first_byte, band.last_byte),
+                band.algo.name()
             );
         }
         let _ = writeln!(out, "selected: {} (policy::select)", self.selected.name());
-        if let Some((spec, algo)) = &self.forced {
+        if let Some(forced) = &self.forced {
             let _ = writeln!(
                 out,
                 "override: {} is set; engines that honour it run {} instead",
-                override_text(spec),
-                algo.name()
+                override_text(&forced.value),
+                forced.algo.name()
             );
         }
         if let Some(capacity) = self.capacity {
-            let chosen = self.forced.as_ref().map_or(self.selected, |(_, a)| *a);
+            let chosen = self.forced.as_ref().map_or(self.selected, |f| f.algo);
             let _ = writeln!(
                 out,
                 "capacity: {} takes ≤ {}, multiples of {} B{}",
@@ -240,49 +285,6 @@ impl Explanation {
         let _ = writeln!(out, "because: {}", self.reason);
         let _ = writeln!(out, "runs: {}", self.runs.name());
         out
-    }
-
-    /// `tuner explain --json`.
-    pub fn to_json(&self) -> Value {
-        let q = self.query;
-        json!({
-            "query": {
-                "key": format::key_json(&q.key()),
-                "arch": q.arch.name(),
-                "link": q.link.name(),
-                "bytes": q.bytes,
-            },
-            "tables": self.tables,
-            "file": self.platform.map(|p| json!({
-                "path": p.file,
-                "arch": p.arch.name(),
-                "link": p.link.name(),
-                "gpu": p.gpu,
-                "borrowed": p.arch != q.arch,
-            })),
-            "table": self.table.map(|t| json!({
-                "key": format::key_json(&t.key),
-                "source": t.source,
-                "citation": t.citation,
-                "evidence": t.evidence,
-                "date": t.date,
-                "tuner_version": t.tuner_version,
-                "note": t.note,
-                "bands": format::bands_json(t.bands),
-            })),
-            "band": self.band.map(|(index, count, low, high, algo)| json!({
-                "index": index,
-                "count": count,
-                "first_byte": low,
-                "last_byte": high,
-                "algo": algo.name(),
-            })),
-            "selected": self.selected.name(),
-            "override": self.forced.as_ref().map(|(spec, algo)| json!({"value": spec, "algo": algo.name()})),
-            "capacity": self.capacity.map(|c| json!({"max_bytes": c.max_bytes, "align": c.align})),
-            "because": self.reason,
-            "runs": self.runs.name(),
-        })
     }
 }
 

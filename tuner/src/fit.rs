@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 
 use policy::{Algo, Band, CapacityEntry, TableKey};
+use serde::Serialize;
 
 use crate::evidence::{Evidence, KeyEvidence};
 use crate::stats;
@@ -50,7 +51,7 @@ impl Default for FitSettings {
 }
 
 /// The bands of one key and what they rest on.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct KeyFit {
     pub key: TableKey,
     pub bands: Vec<Band>,
@@ -63,7 +64,7 @@ pub struct KeyFit {
 }
 
 /// Where one band ends and the next begins, with the measurements there.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Edge {
     /// The largest measured size of the lower band.
     pub last_below: u64,
@@ -73,17 +74,38 @@ pub struct Edge {
     pub above: Algo,
     /// Medians (µs) of both algorithms at `last_below` and at `first_above`,
     /// where measured.
+    #[serde(rename = "medians_us_at_last_below")]
     pub at_last_below: (Option<f64>, Option<f64>),
+    #[serde(rename = "medians_us_at_first_above")]
     pub at_first_above: (Option<f64>, Option<f64>),
 }
 
 /// All keys of an evidence file.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FitResult {
     pub keys: Vec<KeyFit>,
-    /// Keys without a single usable point, and why.
-    pub skipped: Vec<(TableKey, String)>,
+    /// Keys without a single usable point.
+    #[serde(rename = "dropped")]
+    pub skipped: Vec<Dropped>,
+    #[serde(skip)]
     pub settings: FitSettings,
+}
+
+/// A key of the evidence that gets no table, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Dropped {
+    pub key: TableKey,
+    pub why: String,
+}
+
+impl Dropped {
+    /// What having no table means, for a warning.
+    pub fn warning(&self) -> String {
+        format!(
+            "{}: no table ({}); a file merged into keeps its own table for this key, a new file has none (NCCL)",
+            self.key, self.why
+        )
+    }
 }
 
 pub fn fit(evidence: &Evidence, settings: &FitSettings) -> FitResult {
@@ -95,10 +117,10 @@ pub fn fit(evidence: &Evidence, settings: &FitSettings) -> FitResult {
     for key in ordered {
         match fit_key(key, capacities, settings) {
             Some(fit) => keys.push(fit),
-            None => skipped.push((
-                key.key(),
-                "no verified point with enough samples".to_string(),
-            )),
+            None => skipped.push(Dropped {
+                key: key.key(),
+                why: "no verified point with enough samples".to_string(),
+            }),
         }
     }
     FitResult {
@@ -322,8 +344,8 @@ impl FitResult {
                 );
             }
         }
-        for (key, why) in &self.skipped {
-            let _ = writeln!(out, "{}: skipped ({why})", key);
+        for dropped in &self.skipped {
+            let _ = writeln!(out, "{}: skipped ({})", dropped.key, dropped.why);
         }
         out
     }

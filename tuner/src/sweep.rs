@@ -21,11 +21,11 @@ use std::collections::BTreeMap;
 use policy::{Algo, Collective, DType, Mode, TableKey};
 
 use crate::backend::{Backend, BackendError, Repetitions};
+use crate::candidates::{self, Column, Effort};
 use crate::evidence::{
     EVIDENCE_VERSION, Evidence, KeyEvidence, MeasuredPlatform, PointOrigin, SettingsRecord,
 };
 use crate::grid;
-use crate::measure::{self, Column, Effort};
 use crate::observe::{Observer, RunStatus};
 use crate::stats;
 
@@ -344,7 +344,7 @@ impl KeyRun<'_> {
             {
                 continue;
             }
-            let result = measure::measure_point(
+            let result = candidates::measure_point(
                 &mut *self.backend,
                 self.key,
                 bytes,
@@ -370,7 +370,8 @@ impl KeyRun<'_> {
             PointOrigin::Bisect => self.settings.max_probe_rounds,
         };
         let column = self.columns.entry(bytes).or_default();
-        let settled = measure::settle(&mut *self.backend, self.key, column, rounds, &self.effort);
+        let settled =
+            candidates::settle(&mut *self.backend, self.key, column, rounds, &self.effort);
         settled
             .map(|_| ())
             .map_err(|(algo, e)| self.failed(bytes, algo, &e))
@@ -400,13 +401,13 @@ impl KeyRun<'_> {
     /// interval of their ratio does not lie within the margin at both (then
     /// every edge between the two sizes costs less).
     fn winner_changes(&self, low: u64, high: u64) -> Option<(Algo, Algo)> {
-        let below = measure::fastest(self.column(low)?)?;
-        let above = measure::fastest(self.column(high)?)?;
+        let below = candidates::fastest(self.column(low)?)?;
+        let above = candidates::fastest(self.column(high)?)?;
         if below == above {
             return None;
         }
         let both_run = |bytes| {
-            let m = measure::medians(self.column(bytes).expect("measured above"));
+            let m = candidates::medians(self.column(bytes).expect("measured above"));
             m.contains_key(&below) && m.contains_key(&above)
         };
         if !both_run(low) || !both_run(high) {

@@ -17,7 +17,7 @@ use tuner::evidence::Evidence;
 use tuner::fit::{FitSettings, fit};
 use tuner::observe::{Quiet, RunStatus};
 use tuner::sweep::{SweepSettings, sweep};
-use tuner::write::build_document;
+use tuner::tuned_file::build_document;
 
 const MAX_BYTES: u64 = 64 << 20;
 

@@ -136,8 +136,8 @@ fn pure_noise_gives_a_single_band() {
 
 #[test]
 fn glitches_do_not_move_crossovers() {
-    // 3 % of samples are three times too slow (a preempted context): Tukey's
-    // fences drop them and the median ignores what is left.
+    // 3 % of samples are three times too slow (a preempted context): the
+    // median ignores them.
     let mut config = SyntheticConfig::planted(0.03, 11);
     config.outlier_rate = 0.03;
     let backend = SyntheticBackend::new(config.clone());

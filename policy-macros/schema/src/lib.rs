@@ -41,6 +41,9 @@ pub mod merge;
 pub mod size;
 pub mod vocab;
 
+#[cfg(feature = "serde")]
+mod named;
+
 #[cfg(feature = "parse")]
 pub mod folder;
 #[cfg(feature = "parse")]

@@ -420,6 +420,7 @@ pub const DEFAULT_ALIGN: u64 = PACK_BYTES;
 /// How large a message a custom algorithm takes on a platform, and the size
 /// granularity it needs. Sizes outside this are declined and run on NCCL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Capacity {
     /// Largest message, in bytes of the collective's output.
     pub max_bytes: u64,
@@ -501,6 +502,7 @@ impl Capacity {
 /// );
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Query {
     /// The table that answers this query within its platform's file.
     pub key: TableKey,

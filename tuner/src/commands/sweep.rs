@@ -6,16 +6,16 @@ use std::path::{Path, PathBuf};
 use super::args::{BackendArgs, FitArgs, KeyArgs};
 use super::{Error, Exit, write_file};
 use crate::backend::Repetitions;
-use crate::commands::fit::{WriteFailure, dropped_keys, fit_and_write};
 use crate::evidence::Evidence;
 use crate::fit::fit;
 use crate::format;
 use crate::observe::RunStatus;
 use crate::progress::{Progress, install_ctrl_c};
 use crate::sweep::{SweepSettings, plan, sweep as run_sweep};
-use crate::write::{
-    check_folder, check_test_destination, evidence_file_name, file_stem, toml_file_name,
+use crate::tuned_file::{
+    FitReport, WriteFailure, evidence_file_name, file_stem, toml_file_name, write_fitted,
 };
+use crate::tuned_folder::{check_folder, check_test_destination};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct SweepArgs {
@@ -210,17 +210,18 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     }
     let evidence_path = out_dir.join(evidence_file_name(arch, link));
     let result = fit(&evidence, &fit_settings);
-    for line in dropped_keys(&result) {
-        writeln!(out, "warning: {line}")?;
+    for dropped in &result.skipped {
+        writeln!(out, "warning: {}", dropped.warning())?;
     }
-    let written = match fit_and_write(&evidence, &result, &evidence_path, &toml_path, true) {
+    let written = match write_fitted(&evidence, &result, &evidence_path, &toml_path, true) {
         Ok(written) => written,
         Err(failure) => return Err(unwritten(failure, &evidence, &out_dir, &toml_path, &took)),
     };
-    write!(out, "{}", written.report)?;
-    for failed in evidence.failed_checks() {
-        writeln!(out, "{}", failed.warning())?;
-    }
+    write!(
+        out,
+        "{}",
+        FitReport::new(&evidence, &result, &toml_path, &written).render()
+    )?;
     writeln!(
         out,
         "wrote {} and {} ({measured} points, measured in {took})",
@@ -315,7 +316,7 @@ fn unwritten(
         Some(path) => Ok(path),
         None => keep_evidence(evidence, out_dir, "unwritten"),
     };
-    let message = failure.error.to_string();
+    let message = failure.error;
     match kept {
         Ok(path) => Error::Failed(format!(
             "{message}\nthe measurements (taken in {took}) are kept in {}; once the problem is fixed, `tuner fit {} -o {}` writes the tables",

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::args::{BackendArgs, KeyArgs};
 use super::{Error, Exit, diagnostics};
 use crate::backend::Repetitions;
-use crate::measure::Effort;
+use crate::candidates::Effort;
 use crate::progress::{Progress, install_ctrl_c};
 use crate::verify::{Verdict, VerifySettings, verify as run_verify};
 

@@ -377,16 +377,21 @@ fn validate_typed<T: Element>(
 
 /// What a GPU is and which software stack (driver, CUDA, NVRTC,
 /// NCCL) runs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct GpuStack {
+    #[serde(rename = "gpu")]
     pub gpu_name: String,
     pub arch: Arch,
     pub sm_count: u32,
     /// The kernel driver, e.g. "580.95.05" (from /proc/driver/nvidia/version).
+    #[serde(rename = "driver")]
     pub driver_version: String,
     /// The CUDA version the driver supports, e.g. "13.0".
+    #[serde(rename = "cuda")]
     pub cuda_version: String,
+    #[serde(rename = "nvrtc")]
     pub nvrtc_version: Option<String>,
+    #[serde(rename = "nccl")]
     pub nccl_version: Option<String>,
 }
 
