@@ -1,9 +1,11 @@
 //! Measuring one size: verify each candidate and time it once, then spend
-//! more rounds where the choice at that size is open: on the two fastest
-//! candidates while the interval of the ratio of their medians straddles the
-//! margin (more samples could still say whether the faster wins by more than
-//! the margin, or the two tie). Shared by `sweep` (grid points and bisection
-//! probes) and `verify` (held-out sizes).
+//! more rounds where the choice at that size is open: on the fastest
+//! candidate and every other whose ratio of medians to it has an interval
+//! that straddles the margin (more samples could still say whether the
+//! fastest wins by more than the margin, or the two tie). Every such
+//! candidate, not only the runner-up: `fit` compares the fastest with the
+//! band below, which may be any of them. Shared by `sweep` (grid points and
+//! bisection probes) and `verify` (held-out sizes).
 //!
 //! Rounds of several candidates are interleaved (one round each in turn, the
 //! order reversed every round), so a machine whose speed drifts during the
@@ -24,8 +26,8 @@ pub type Column = BTreeMap<Algo, PointEvidence>;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Effort {
     pub reps: Repetitions,
-    /// The fit's margin: the two fastest candidates' choice is open while
-    /// the interval of their ratio holds `1 − margin`.
+    /// The fit's margin: the choice between the fastest candidate and
+    /// another is open while the interval of their ratio holds `1 − margin`.
     pub margin: f64,
     /// Coverage of that interval.
     pub confidence: f64,
@@ -108,28 +110,33 @@ pub fn interleaved_round(
     Ok(())
 }
 
-/// The two fastest candidates at a size (by median), while the choice
-/// between them is open: the interval of the faster's median over the
-/// other's holds `1 − margin` (the faster may or may not win by the margin)
-/// and is wider than the margin (either answer could cost more than it).
-pub fn open_contest(column: &Column, margin: f64, confidence: f64) -> Option<[Algo; 2]> {
+/// The fastest candidate at a size (by median) and every other whose choice
+/// against it is open: the interval of the fastest's median over the
+/// other's holds `1 − margin` and is wider than the margin. `None` when no
+/// choice is open.
+pub fn open_contest(column: &Column, margin: f64, confidence: f64) -> Option<Vec<Algo>> {
     let mut by_median: Vec<(Algo, f64)> = medians(column).into_iter().collect();
     by_median.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let [(fast, _), (slow, _), ..] = by_median[..] else {
-        return None;
-    };
-    let r = stats::ratio(
-        &column[&fast].samples_us,
-        &column[&slow].samples_us,
-        confidence,
-    )?;
-    let straddles = r.low <= 1.0 - margin && 1.0 - margin <= r.high;
-    (straddles && r.high - r.low > margin).then_some([fast, slow])
+    let (fast, _) = *by_median.first()?;
+    let open: Vec<Algo> = by_median[1..]
+        .iter()
+        .filter(|(other, _)| {
+            stats::ratio(
+                &column[&fast].samples_us,
+                &column[other].samples_us,
+                confidence,
+            )
+            .is_some_and(|r| {
+                r.low <= 1.0 - margin && 1.0 - margin <= r.high && r.high - r.low > margin
+            })
+        })
+        .map(|(algo, _)| *algo)
+        .collect();
+    (!open.is_empty()).then(|| std::iter::once(fast).chain(open).collect())
 }
 
 /// Spends up to `max_rounds` extra rounds at one size, interleaved, on the
-/// two candidates whose choice is still open ([`open_contest`]), until it is
-/// not.
+/// candidates whose choice is still open ([`open_contest`]), until none is.
 /// Returns how many rounds it took.
 pub fn settle(
     backend: &mut dyn Backend,
@@ -259,8 +266,8 @@ mod tests {
     }
 
     /// Rounds go where the choice is open: a clearly slower candidate gets
-    /// none, two close ones get rounds until the interval of their ratio
-    /// leaves the margin.
+    /// none, close ones get rounds until the interval of their ratio to the
+    /// fastest leaves the margin.
     #[test]
     fn settling_spends_rounds_only_on_open_choices() {
         let mut backend = SyntheticBackend::new(SyntheticConfig::nominal(0.15, 4));

@@ -8,7 +8,10 @@
 //! size NCCL is the band below, so a custom kernel opens the table only if it
 //! beats NCCL by more than the margin. Only algorithms that ran at a size
 //! (within their capacity, and not failing verification) can own it, so a
-//! custom band never reaches past its capacity.
+//! custom band never reaches past its capacity. A stretch of sizes that does
+//! not beat the band below by more than the margin on average over its own
+//! sizes goes back to it: noise that hands one size to an algorithm does not
+//! make a band.
 //!
 //! When a size changes hands, the sizes just below it where the newcomer's
 //! median is already the lower one go to the newcomer too, and the edge sits
@@ -167,7 +170,8 @@ pub fn fit_key(
     if columns.is_empty() {
         return None;
     }
-    let owner = owners(&columns, settings.margin);
+    let mut owner = owners(&columns, settings.margin);
+    absorb_noise(&columns, &mut owner, settings.margin);
     let align = crate::grid::alignment(capacities, k.collective, k.world_size);
     let runs = runs(&owner);
     let mut bands = Vec::new();
@@ -269,6 +273,27 @@ fn owners(columns: &[Column], margin: f64) -> Vec<Algo> {
         }
     }
     owner
+}
+
+/// Gives every run that does not beat the run below by more than the margin
+/// on average over its own sizes (the geometric mean of the ratio of the two
+/// medians, where both ran) to the run below: a band that wins only at the
+/// size noise handed it is no band. At the first size NCCL is the run below.
+fn absorb_noise(columns: &[Column], owner: &mut [Algo], margin: f64) {
+    loop {
+        let runs = runs(owner);
+        let below = std::iter::once(Algo::Nccl).chain(runs.iter().map(|r| r.algo));
+        let weak = runs.iter().zip(below).find(|(run, below)| {
+            let ratios: Option<Vec<f64>> = (run.start..run.end)
+                .map(|i| Some((columns[i].median(run.algo)? / columns[i].median(*below)?).ln()))
+                .collect();
+            run.algo != *below
+                && ratios
+                    .is_some_and(|r| (r.iter().sum::<f64>() / r.len() as f64).exp() > 1.0 - margin)
+        });
+        let Some((run, below)) = weak else { return };
+        owner[run.start..run.end].fill(below);
+    }
 }
 
 /// Where `above`'s median crosses below `below`'s between the measured sizes
@@ -457,6 +482,39 @@ mod tests {
                 band(Some(64), Push),
                 band(None, Nccl)
             ]
+        );
+    }
+
+    #[test]
+    fn a_stretch_that_does_not_win_on_average_goes_back_to_the_band_below() {
+        // Pull beats push by 4 % at 32, then ties it (the band below keeps
+        // ties) up to 96: 1 % on average, no band. Where it wins by 4 %
+        // at every size of its stretch, it is one.
+        let rows = |pull_after: f64| -> Vec<(u64, Vec<(Algo, f64)>)> {
+            [16, 32, 48, 64, 96]
+                .into_iter()
+                .map(|bytes| {
+                    let pull = match bytes {
+                        16 => 8.0,
+                        32 => 4.8,
+                        _ => pull_after,
+                    };
+                    (bytes, vec![(Nccl, 20.0), (Push, 5.0), (Pull, pull)])
+                })
+                .collect()
+        };
+        let fitted = |rows: Vec<(u64, Vec<(Algo, f64)>)>| {
+            let rows: Vec<(u64, &[(Algo, f64)])> =
+                rows.iter().map(|(b, r)| (*b, r.as_slice())).collect();
+            bands_of(&rows, &all_custom(1 << 20))
+        };
+        assert_eq!(
+            fitted(rows(5.0)),
+            vec![band(Some(96), Push), band(None, Nccl)]
+        );
+        assert_eq!(
+            fitted(rows(4.8)),
+            vec![band(Some(16), Push), band(Some(96), Pull), band(None, Nccl)]
         );
     }
 

@@ -112,12 +112,12 @@ fn planted_crossovers_are_recovered() {
     }
 }
 
-/// Identical algorithms at 2 % noise: the margin keeps NCCL's one band.
-/// (At higher noise a table may switch between identical algorithms, which
-/// costs nothing; `noise_regret` scores what tables cost.)
+/// Identical algorithms at up to 10 % noise: NCCL keeps its one band (the
+/// sweep settles every candidate close to the fastest, and a stretch that
+/// does not win on average goes back to the band below).
 #[test]
 fn pure_noise_gives_a_single_band() {
-    for cv in [0.01, 0.02] {
+    for cv in [0.01, 0.02, 0.05, 0.10] {
         for seed in [1, 2] {
             for (collective, bands) in fitted(SyntheticConfig::pure_noise(cv, seed), &settings(25))
             {

@@ -70,7 +70,7 @@ fn open_gpu(_loopback: bool, _verify_max_bytes: u64) -> Result<Box<dyn Backend>,
 pub struct FitArgs {
     /// Two medians within this many percent of each other are a tie, which
     /// the band below keeps; a sweep measures more wherever the interval of
-    /// the two fastest candidates' ratio holds the margin
+    /// the fastest candidate's ratio to another holds the margin
     #[arg(long, default_value_t = crate::fit::DEFAULT_MARGIN * 100.0, value_name = "PCT")]
     pub margin_pct: f64,
     /// Ignore points with fewer samples than this (at least 1)

@@ -37,8 +37,9 @@ pub struct SweepArgs {
     /// Untimed calls before the samples of each point
     #[arg(long, default_value_t = 5)]
     pub warmup: u32,
-    /// At each size, the two fastest candidates get more rounds, interleaved,
-    /// while the interval of their ratio holds the margin (--margin-pct)…
+    /// At each size, the fastest candidate and every other get more rounds,
+    /// interleaved, while the interval of their ratio holds the margin
+    /// (--margin-pct)…
     /// at most this many at a grid point…
     #[arg(long, default_value_t = crate::sweep::DEFAULT_REMEASURE_ROUNDS)]
     pub remeasure_rounds: u32,
