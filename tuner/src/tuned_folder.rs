@@ -57,11 +57,12 @@ pub fn folder_of(toml_path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
-/// Refuses to put test tables (`kind`: [`test_kind`]) where they could be
-/// taken for a platform's: into the folder `policy` compiles, into a crate's
-/// `tuned/` folder (what `include_tuned!("tuned")` reads), or into a folder
-/// that holds measured or published tables of a real platform (the file they
-/// would merge into, or one compiled beside them). `--force` overrides it.
+/// Refuses to put test tables (`kind`:
+/// [`test_kind`](crate::tuned_file::test_kind)) where they could be taken for
+/// a platform's: into the folder `policy` compiles, into a crate's `tuned/`
+/// folder (what `include_tuned!("tuned")` reads), or into a folder that holds
+/// measured or published tables of a real platform (the file they would
+/// merge into, or one compiled beside them). `--force` overrides it.
 pub fn check_test_destination(kind: &str, toml_path: &Path) -> Result<(), String> {
     let folder = folder_of(toml_path);
     let refuse = |why: String| {

@@ -280,7 +280,7 @@ pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     bench_with(args, None, out)
 }
 
-/// [`bench`] with a fault injected, to test recovery (the command line cannot
+/// [`bench()`] with a fault injected, to test recovery (the command line cannot
 /// ask for it): for `stall` (an algorithm and a size) the last rank never
 /// issues its call, so the others time out and the world breaks; that
 /// configuration is reported failed, and the bench builds a new world and
