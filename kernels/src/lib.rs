@@ -34,16 +34,7 @@
 //!   one grid per rank); `nccl`: NCCL;
 //! - `comm`: [`World`] and [`RankComm`].
 //!
-//! # Adding an algorithm
-//!
-//! Each custom algorithm is one entry of the registry in
-//! `src/protocol/registry.rs` (its collectives, the registered region its data
-//! crosses, the bytes of it a call needs, whether it sends Lamport data, its
-//! kernel family) plus its kernels in a `.cu` file built from the primitives of
-//! `cuda/prims.cu`; capacities, buffer sizes, the decline rule, the launch and
-//! the fault messages all derive from the entry. A name new to the tables also
-//! goes into the schema vocabulary (`policy::Algo`). The registry's module
-//! documentation lists the steps.
+//! Adding an algorithm: ARCHITECTURE.md, "Adding an algorithm".
 //!
 //! [`raw`] re-exports the few lower pieces the tuner's harness and the GPU
 //! tests need (library checks, device and link queries, the NVRTC build).

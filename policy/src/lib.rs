@@ -22,8 +22,8 @@
 //! - [`select`]`(q) -> Algo`: constant-array lookups: the (link, table arch)
 //!   and the query's [`TableKey`] (`q.key`: collective, world size, dtype, mode) give a
 //!   table index, and the band is found by counting, without branches, the
-//!   band edges below `q.bytes`
-//!   (≈4 ns per query; a `match` with an `if` chain measured ≈12 ns);
+//!   band edges below `q.bytes`, so its cost does not depend on the mix of
+//!   queries (the `select` benchmark times it);
 //! - [`table_arch`]`(arch, link)`: which platform file answers a query;
 //! - [`capacity`]`(arch, link, collective, algo)`: the buffer size and alignment
 //!   a custom algorithm needs there (`kernels` sizes its buffers from this);
@@ -128,9 +128,12 @@ pub use platforms::{PlatformInfo, TableInfo};
 /// checks as `policy`'s own; see [An engine's own tables](crate#an-engines-own-tables).
 pub use policy_macros::include_tuned;
 pub use tables::{Tables, TablesInUse, tables_in_use, use_tables};
+/// When a custom algorithm refuses a call (which then runs on NCCL): the rule
+/// `kernels` applies after [`select`].
+pub use tuned_schema::decline;
 pub use tuned_schema::{
     Algo, AlgoKind, Arch, Band, Capacity, CapacityEntry, Collective, DEFAULT_ALIGN, DType, Link,
-    Mode, Query, TableKey, default_capacity,
+    Mode, PACK_BYTES, Query, TableKey, default_capacity,
 };
 
 // `tuned` is inside this package so that the published crate carries it; in

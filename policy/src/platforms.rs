@@ -24,6 +24,7 @@ pub struct PlatformInfo {
 
 /// One `[[table]]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct TableInfo {
     /// `(collective, world size, dtype, mode)`: which queries this table answers.
     pub key: TableKey,

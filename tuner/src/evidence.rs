@@ -11,7 +11,6 @@ use policy::{Algo, Arch, CapacityEntry, Collective, DType, Link, Mode, TableKey}
 use serde::{Deserialize, Serialize};
 
 use crate::json_layout;
-use crate::named;
 
 /// The version this tuner reads and writes. Bump it on any change that an
 /// older reader would misread; EVIDENCE.md keeps the history.
@@ -33,9 +32,7 @@ pub struct Evidence {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MeasuredPlatform {
-    #[serde(with = "named")]
     pub arch: Arch,
-    #[serde(with = "named")]
     pub link: Link,
     /// Marketing name as the driver reports it, e.g. "NVIDIA H200".
     pub gpu: String,
@@ -54,61 +51,7 @@ pub struct MeasuredPlatform {
     pub date: String,
     /// The capacities the custom kernels had during the sweep: `fit` never lets
     /// a band of a custom algorithm reach past them.
-    #[serde(with = "capacity_list")]
     pub capacities: Vec<CapacityEntry>,
-}
-
-/// `capacities` as the evidence file spells them: one object per entry,
-/// `{collective, algo, max_bytes, align}`.
-mod capacity_list {
-    use policy::{Algo, Capacity, CapacityEntry, Collective};
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    use crate::named;
-
-    #[derive(Serialize, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Written {
-        #[serde(with = "named")]
-        collective: Collective,
-        #[serde(with = "named")]
-        algo: Algo,
-        max_bytes: u64,
-        align: u64,
-    }
-
-    pub fn serialize<S: Serializer>(
-        entries: &[CapacityEntry],
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        let written: Vec<Written> = entries
-            .iter()
-            .map(|e| Written {
-                collective: e.collective,
-                algo: e.algo,
-                max_bytes: e.capacity.max_bytes,
-                align: e.capacity.align,
-            })
-            .collect();
-        written.serialize(serializer)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Vec<CapacityEntry>, D::Error> {
-        let written = Vec::<Written>::deserialize(deserializer)?;
-        Ok(written
-            .into_iter()
-            .map(|w| CapacityEntry {
-                collective: w.collective,
-                algo: w.algo,
-                capacity: Capacity {
-                    max_bytes: w.max_bytes,
-                    align: w.align,
-                },
-            })
-            .collect())
-    }
 }
 
 /// How the sweep was run; recorded so that a re-fit or a reviewer knows what the
@@ -122,8 +65,8 @@ pub struct SettingsRecord {
     pub samples: u32,
     /// Untimed calls before the first sample of every point.
     pub warmup: u32,
-    /// Candidates at a size that are neither significantly slower than the
-    /// fastest nor shown to be within this fraction of it get more rounds…
+    /// The margin: the fastest candidate at a size and every other get more
+    /// rounds while the interval of their ratio holds one minus this…
     pub remeasure_threshold: f64,
     /// …at most this many at a grid point.
     pub max_remeasure_rounds: u32,
@@ -140,12 +83,9 @@ pub struct SettingsRecord {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyEvidence {
-    #[serde(with = "named")]
     pub collective: Collective,
     pub world_size: u32,
-    #[serde(with = "named")]
     pub dtype: DType,
-    #[serde(with = "named")]
     pub mode: Mode,
     /// Sorted by size, then algorithm.
     pub points: Vec<PointEvidence>,
@@ -157,7 +97,6 @@ pub struct KeyEvidence {
 pub struct PointEvidence {
     /// Output bytes of the collective (for all-gather: all ranks' shares).
     pub bytes: u64,
-    #[serde(with = "named")]
     pub algo: Algo,
     pub origin: PointOrigin,
     /// Whether the algorithm's result was checked against the reference
@@ -363,7 +302,7 @@ impl Evidence {
 
 /// Points of one algorithm in one key that failed their check (see
 /// [`Evidence::failed_checks`]).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FailedChecks {
     pub key: String,
     pub algo: Algo,

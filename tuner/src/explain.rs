@@ -3,14 +3,15 @@
 //! whether the kernel takes the call or declines it to NCCL.
 //!
 //! The answer is the tables' selection ([`TableSet::select`], for the compiled
-//! tables exactly `policy::select`) followed by the part of `kernels`' decline
-//! rule that needs no GPU ([`decline`]): the same two steps
+//! tables exactly `policy::select`) followed by `kernels`' decline rule
+//! ([`policy::decline`]) on the world the tables promise: the same two steps
 //! `kernels::RankComm` takes for every call.
 
 use std::fmt::Write;
 
-use policy::{Algo, Capacity, Collective, Query};
-use serde_json::{Value, json};
+use policy::decline::{CallShape, Offer, decline};
+use policy::{Algo, Arch, Capacity, Collective, Link, Query};
+use serde::Serialize;
 
 use crate::format;
 use crate::show::source_text;
@@ -21,104 +22,104 @@ use crate::tables::{TableSet, band_of};
 /// test holds the two equal when it is on).
 pub const MAX_WORLD: u32 = 8;
 
-/// Why a custom kernel refuses a call, as far as that is known without GPUs.
-/// The words are `kernels::Decline::describe`'s.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decline {
-    /// The algorithm does not implement this collective (two-shot all-gather).
-    NotImplemented,
-    /// More bytes than the platform's capacity for the algorithm.
-    OverCapacity,
-    /// Not a multiple of the alignment (16 bytes; for all-gather, per share).
-    Misaligned,
+/// A world as the tables promise it to `kernels`' decline rule: the
+/// platform's capacity for the chosen algorithm, peer access, and a window and
+/// registered buffers sized from the capacities. Whether the GPUs reach each
+/// other and NCCL registers a window only the GPUs can tell.
+struct Promised(Capacity);
+
+impl Offer for Promised {
+    fn capacity(&self, _: Collective, _: Algo) -> Capacity {
+        self.0
+    }
+
+    fn peer_access(&self) -> bool {
+        true
+    }
+
+    fn window_bytes(&self) -> u64 {
+        self.0.max_bytes
+    }
+
+    fn buffers_hold(&self, _: &CallShape) -> bool {
+        true
+    }
 }
 
-impl Decline {
-    pub fn describe(self) -> &'static str {
-        match self {
-            Decline::NotImplemented => "the algorithm does not implement this collective",
-            Decline::OverCapacity => "the message is larger than the algorithm's capacity",
-            Decline::Misaligned => "the message is not a multiple of 16 bytes (per rank)",
-        }
-    }
-}
-
-/// The bytes every custom kernel moves per rank at a time (`kernels`' pack).
-const PACK_BYTES: u64 = 16;
-
-/// `kernels`' decline rule (`kernels/src/protocol/decline.rs`) for a call of
-/// `bytes` (output bytes) of `collective` on `world` ranks with `algo`,
-/// whose capacity on the platform is `capacity`: the checks that need no GPU,
-/// in the same order. The other two need the world itself (the GPUs have no
-/// peer access; the registered buffers are smaller than the capacity, which
-/// the buffer plan rules out) and are not modelled. NCCL never declines; a
-/// 0-byte call never reaches the rule (nothing runs).
-pub fn decline(
-    collective: Collective,
-    algo: Algo,
-    world: u32,
-    bytes: u64,
-    capacity: Capacity,
-) -> Option<Decline> {
-    if !algo.is_custom() {
-        return None;
-    }
-    if !algo.implements(collective) {
-        return Some(Decline::NotImplemented);
-    }
-    if !capacity.accepts_message(collective, world, bytes) {
-        return Some(if bytes > capacity.max_bytes {
-            Decline::OverCapacity
-        } else {
-            Decline::Misaligned
-        });
-    }
-    let per_rank = collective.per_rank_size(u64::from(world), bytes);
-    if collective == Collective::AllGather && !bytes.is_multiple_of(u64::from(world))
-        || per_rank == 0
-        || !per_rank.is_multiple_of(PACK_BYTES)
-    {
-        return Some(Decline::Misaligned);
-    }
-    None
-}
-
-/// Everything `explain` found out about one query.
-#[derive(Clone, Debug)]
+/// Everything `explain` found out about one query: the text of `tuner
+/// explain` ([`Explanation::render`]) and its JSON (`Serialize`).
+#[derive(Clone, Debug, Serialize)]
 pub struct Explanation {
     pub query: Query,
     /// Where the tables come from ([`TableSet::origin`]).
     pub tables: String,
     /// The file that answers the (arch, link), if any.
-    pub platform: Option<&'static policy::PlatformInfo>,
+    pub file: Option<File>,
     /// The table for the query's key in that file.
     pub table: Option<&'static policy::TableInfo>,
-    /// The band holding the size: index, count, first and last byte, algorithm.
-    pub band: Option<(usize, usize, u64, u64, Algo)>,
+    /// The band holding the size.
+    pub band: Option<BandOf>,
     /// What the tables select (for the compiled tables: `policy::select`).
     pub selected: Algo,
     /// `COLLTUNE_ALGO`, when it forces an algorithm for this collective.
-    pub forced: Option<(String, Algo)>,
+    #[serde(rename = "override")]
+    pub forced: Option<Forced>,
     /// The chosen custom algorithm's capacity on the platform.
     pub capacity: Option<Capacity>,
     /// What runs, and why.
-    pub runs: Algo,
+    #[serde(rename = "because")]
     pub reason: String,
+    pub runs: Algo,
+}
+
+/// The file that answers a query.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct File {
+    /// As named to the macro (or loaded from disk).
+    pub path: &'static str,
+    pub arch: Arch,
+    pub link: Link,
+    pub gpu: &'static str,
+    /// True when the file is another arch's, borrowed by the fallback rule.
+    pub borrowed: bool,
+}
+
+/// The band holding a query's size: the `index`-th of `count`, its first and
+/// last byte, its algorithm.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct BandOf {
+    pub index: usize,
+    pub count: usize,
+    pub first_byte: u64,
+    pub last_byte: u64,
+    pub algo: Algo,
+}
+
+/// An override (`COLLTUNE_ALGO`'s value) and the algorithm it forces.
+#[derive(Clone, Debug, Serialize)]
+pub struct Forced {
+    pub value: String,
+    pub algo: Algo,
 }
 
 impl Explanation {
     /// Works out what runs `query` with `tables`, and why. `forced` is an
     /// override engines honour (`COLLTUNE_ALGO`), with its text.
-    pub fn new(tables: &TableSet, query: Query, forced: Option<(String, Algo)>) -> Explanation {
+    pub fn new(tables: &TableSet, query: Query, forced: Option<Forced>) -> Explanation {
         let key = query.key();
         let platform = tables.platform_for(query.arch, query.link);
         let table = platform.and_then(|p| p.table(key));
         let band = table.and_then(|t| {
-            band_of(t.bands, query.bytes)
-                .map(|(index, low, high, algo)| (index, t.bands.len(), low, high, algo))
+            band_of(t.bands, query.bytes).map(|(index, first_byte, last_byte, algo)| BandOf {
+                index,
+                count: t.bands.len(),
+                first_byte,
+                last_byte,
+                algo,
+            })
         });
         let selected = tables.select(query);
-        let chosen = forced.as_ref().map_or(selected, |(_, algo)| *algo);
+        let chosen = forced.as_ref().map_or(selected, |f| f.algo);
         let world = key.world_size;
         let capacity = (chosen.is_custom() && chosen.implements(key.collective))
             .then(|| tables.capacity(query.arch, query.link, key.collective, chosen));
@@ -144,7 +145,7 @@ impl Explanation {
             )
         } else if !chosen.is_custom() {
             let why = match (&forced, table) {
-                (Some((spec, _)), _) => format!("{} forces nccl", override_text(spec)),
+                (Some(f), _) => format!("{} forces nccl", override_text(&f.value)),
                 (None, Some(_)) => "the table selects nccl".to_string(),
                 (None, None) => "a query with no table selects nccl".to_string(),
             };
@@ -152,7 +153,8 @@ impl Explanation {
         } else {
             let capacity =
                 capacity.unwrap_or_else(|| policy::default_capacity(key.collective, chosen));
-            match decline(key.collective, chosen, world, query.bytes, capacity) {
+            let call = CallShape::new(key.collective, chosen, world as usize, query.bytes);
+            match decline(&call, &Promised(capacity)) {
                 None => (chosen, format!("{} takes the call", chosen.name())),
                 Some(why) => (
                     Algo::Nccl,
@@ -167,7 +169,13 @@ impl Explanation {
         Explanation {
             query,
             tables: tables.origin(),
-            platform,
+            file: platform.map(|p| File {
+                path: p.file,
+                arch: p.arch,
+                link: p.link,
+                gpu: p.gpu,
+                borrowed: p.arch != query.arch,
+            }),
             table,
             band,
             selected,
@@ -193,7 +201,7 @@ impl Explanation {
             format::size(q.bytes)
         );
         let _ = writeln!(out, "tables: {}", self.tables);
-        match self.platform {
+        match self.file {
             None => {
                 let _ = writeln!(
                     out,
@@ -203,20 +211,20 @@ impl Explanation {
                     q.arch.major
                 );
             }
-            Some(platform) => {
+            Some(file) => {
                 let _ = writeln!(
                     out,
                     "file: {} ({} {}, {})",
-                    platform.file,
-                    platform.arch,
-                    platform.link.name(),
-                    platform.gpu
+                    file.path,
+                    file.arch,
+                    file.link.name(),
+                    file.gpu
                 );
-                if platform.arch != q.arch {
+                if file.borrowed {
                     let _ = writeln!(
                         out,
                         "      {} has no file of its own; {} answers (same major, highest minor not above)",
-                        q.arch, platform.arch
+                        q.arch, file.arch
                     );
                 }
                 match self.table {
@@ -234,26 +242,27 @@ impl Explanation {
                 }
             }
         }
-        if let Some((index, count, low, high, algo)) = self.band {
+        if let Some(band) = self.band {
             let _ = writeln!(
                 out,
-                "band {} of {count}: {} → {}",
-                index + 1,
-                band_range(low, high),
-                algo.name()
+                "band {} of {}: {} → {}",
+                band.index + 1,
+                band.count,
+                band_range(band.first_byte, band.last_byte),
+                band.algo.name()
             );
         }
         let _ = writeln!(out, "selected: {} (policy::select)", self.selected.name());
-        if let Some((spec, algo)) = &self.forced {
+        if let Some(forced) = &self.forced {
             let _ = writeln!(
                 out,
                 "override: {} is set; engines that honour it run {} instead",
-                override_text(spec),
-                algo.name()
+                override_text(&forced.value),
+                forced.algo.name()
             );
         }
         if let Some(capacity) = self.capacity {
-            let chosen = self.forced.as_ref().map_or(self.selected, |(_, a)| *a);
+            let chosen = self.forced.as_ref().map_or(self.selected, |f| f.algo);
             let _ = writeln!(
                 out,
                 "capacity: {} takes ≤ {}, multiples of {} B{}",
@@ -276,49 +285,6 @@ impl Explanation {
         let _ = writeln!(out, "because: {}", self.reason);
         let _ = writeln!(out, "runs: {}", self.runs.name());
         out
-    }
-
-    /// `tuner explain --json`.
-    pub fn to_json(&self) -> Value {
-        let q = self.query;
-        json!({
-            "query": {
-                "key": format::key_json(&q.key()),
-                "arch": q.arch.name(),
-                "link": q.link.name(),
-                "bytes": q.bytes,
-            },
-            "tables": self.tables,
-            "file": self.platform.map(|p| json!({
-                "path": p.file,
-                "arch": p.arch.name(),
-                "link": p.link.name(),
-                "gpu": p.gpu,
-                "borrowed": p.arch != q.arch,
-            })),
-            "table": self.table.map(|t| json!({
-                "key": format::key_json(&t.key),
-                "source": t.source,
-                "citation": t.citation,
-                "evidence": t.evidence,
-                "date": t.date,
-                "tuner_version": t.tuner_version,
-                "note": t.note,
-                "bands": format::bands_json(t.bands),
-            })),
-            "band": self.band.map(|(index, count, low, high, algo)| json!({
-                "index": index,
-                "count": count,
-                "first_byte": low,
-                "last_byte": high,
-                "algo": algo.name(),
-            })),
-            "selected": self.selected.name(),
-            "override": self.forced.as_ref().map(|(spec, algo)| json!({"value": spec, "algo": algo.name()})),
-            "capacity": self.capacity.map(|c| json!({"max_bytes": c.max_bytes, "align": c.align})),
-            "because": self.reason,
-            "runs": self.runs.name(),
-        })
     }
 }
 
@@ -449,84 +415,6 @@ mod tests {
             prop_assert_eq!(runs(&text), oracle(q).name(), "{}", text);
             let selected = format!("selected: {} (policy::select)", policy::select(q).name());
             prop_assert!(text.contains(&selected), "{}", text);
-        }
-    }
-
-    /// The cases of kernels' unit tests (`protocol/decline.rs`), with the
-    /// default capacities they use.
-    #[test]
-    fn decline_agrees_with_the_kernels_unit_tests() {
-        use Algo::*;
-        use Collective::*;
-        const MIB: u64 = 1 << 20;
-        let check = |c: Collective, a: Algo, w: u32, bytes: u64| {
-            let mut cap = policy::default_capacity(c, a);
-            if (c, a) == (AllReduce, TwoShotPush) {
-                cap.max_bytes = 0;
-            }
-            decline(c, a, w, bytes, cap)
-        };
-        assert_eq!(check(AllReduce, Nccl, 2, 3), None);
-        assert_eq!(check(AllGather, Nccl, 8, u64::MAX / 2), None);
-        for (c, a, w, b) in [
-            (AllReduce, OneShotPush, 8, 16),
-            (AllReduce, OneShotPush, 8, 8 * MIB),
-            (AllReduce, OneShotPull, 2, 16 * MIB),
-            (AllReduce, TwoShotPull, 8, 64 * MIB),
-            (AllReduce, TwoShotPull, 3, 16 * 37),
-            (AllGather, OneShotPush, 8, 8 * 16),
-            (AllGather, OneShotPull, 4, 16 * MIB),
-        ] {
-            assert_eq!(check(c, a, w, b), None, "{c:?} {a:?} {w} {b}");
-        }
-        assert_eq!(
-            check(AllReduce, OneShotPush, 8, 8 * MIB + 16),
-            Some(Decline::OverCapacity)
-        );
-        assert_eq!(
-            check(AllReduce, TwoShotPull, 2, 128 * MIB),
-            Some(Decline::OverCapacity)
-        );
-        assert_eq!(
-            check(AllGather, OneShotPush, 2, 16 * MIB),
-            Some(Decline::OverCapacity)
-        );
-        for (c, a, w, b) in [
-            (AllReduce, OneShotPush, 2, 24),
-            (AllReduce, OneShotPull, 2, 2),
-            (AllGather, OneShotPull, 8, 64),
-            (AllGather, OneShotPush, 3, 16 * 4),
-        ] {
-            assert_eq!(
-                check(c, a, w, b),
-                Some(Decline::Misaligned),
-                "{c:?} {a:?} {w} {b}"
-            );
-        }
-        assert_eq!(
-            check(AllGather, TwoShotPull, 2, 64),
-            Some(Decline::NotImplemented)
-        );
-        // A table alignment below 16 still needs whole packs.
-        let loose = Capacity {
-            max_bytes: 16 * MIB,
-            align: 8,
-        };
-        assert_eq!(
-            decline(AllReduce, OneShotPull, 2, 24, loose),
-            Some(Decline::Misaligned)
-        );
-    }
-
-    #[cfg(feature = "gpu")]
-    #[test]
-    fn decline_words_are_the_kernels_words() {
-        for (ours, theirs) in [
-            (Decline::NotImplemented, kernels::Decline::NotImplemented),
-            (Decline::OverCapacity, kernels::Decline::OverCapacity),
-            (Decline::Misaligned, kernels::Decline::Misaligned),
-        ] {
-            assert_eq!(ours.describe(), theirs.describe());
         }
     }
 

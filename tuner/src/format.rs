@@ -1,8 +1,7 @@
 //! How sizes, times and bands read in the tuner's reports. Display only: the
 //! TOML's canonical spelling of sizes is `tuned_schema`'s business.
 
-use policy::{Band, TableKey};
-use serde_json::{Value, json};
+use policy::Band;
 
 const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
 
@@ -51,23 +50,11 @@ pub fn bands(bands: &[Band]) -> String {
         .join(" | ")
 }
 
-/// A key in `--json` output: its parts and its name in reports.
-pub fn key_json(key: &TableKey) -> Value {
-    json!({
-        "name": key.to_string(),
-        "collective": key.collective.name(),
-        "world_size": key.world_size,
-        "dtype": key.dtype.name(),
-        "mode": key.mode.name(),
-    })
-}
-
-/// Bands in `--json` output: `max` in bytes (`null` for the open band).
-pub fn bands_json(bands: &[Band]) -> Value {
-    bands
-        .iter()
-        .map(|b| json!({"max": b.max, "algo": b.algo.name()}))
-        .collect()
+/// A report as `--json` prints it: pretty JSON and a newline.
+pub fn json(report: &impl serde::Serialize) -> String {
+    let mut text = serde_json::to_string_pretty(report).expect("reports are plain data");
+    text.push('\n');
+    text
 }
 
 /// Seconds as `2m 05s` or `41s`.

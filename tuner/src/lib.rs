@@ -2,7 +2,7 @@
 //! measures GPUs lives: it times every candidate collective algorithm on the
 //! user's GPUs ([`sweep`]), derives size bands from the evidence with
 //! statistics ([`fit`]), writes them as a `tuned/*.toml` file
-//! ([`write`](mod@write)), judges a file's regret against fresh measurements
+//! ([`tuned_file`]), judges a file's regret against fresh measurements
 //! ([`verify`]), and benchmarks the algorithms against NCCL (`tuner bench`).
 //!
 //! Layers, bottom to top:
@@ -12,15 +12,20 @@
 //! - [`backend`]: where timings come from, behind one trait: `gpu` (the
 //!   harness) or `synthetic` (a seeded latency model, for machines without a
 //!   GPU and for the tests);
-//! - [`grid`], [`measure`], [`sweep`]: which sizes to time, how often, and the
-//!   resulting [`evidence`];
-//! - [`stats`], [`fit`], [`write`](mod@write), [`verify`]: bands from evidence, the
-//!   TOML (through `tuned_schema`), and the regret judgement;
+//! - [`grid`], [`candidates`], [`sweep`]: which sizes to time, how often, and
+//!   the resulting [`evidence`];
+//! - [`stats`], [`fit`], [`tuned_file`], [`tuned_folder`], [`verify`]: bands
+//!   from evidence, the TOML (through `tuned_schema`) merged into the file
+//!   and folder it goes to, and the regret judgement;
 //! - [`tables`] (the compiled tables or tuned files, answered by one set of
 //!   rules), [`show`], [`explain`], [`plot`], [`format`](mod@format): reading
 //!   tables and evidence;
-//! - [`commands`]: one function per subcommand; the binary (`src/main.rs`)
-//!   only parses the command line and calls them.
+//! - [`commands`]: one function per subcommand (its arguments, its output);
+//!   the binary (`src/main.rs`) only parses the command line and calls them.
+//!
+//! Every report is one type that renders the console text and derives
+//! `Serialize` for `--json` (the vocabulary serialises by name, through
+//! `tuned_schema`'s `serde` feature).
 //!
 //! Without a GPU, a recorded sweep can be re-fitted into its table:
 //!
@@ -30,12 +35,13 @@
 //! let path = Path::new("examples/h200-loopback/sm90-loopback.evidence.json");
 //! let evidence = tuner::evidence::Evidence::load(path).unwrap();
 //! let result = tuner::fit::fit(&evidence, &tuner::fit::FitSettings::default());
-//! let doc = tuner::write::build_document(&evidence, &result, None, Vec::new());
-//! let toml = tuner::write::render(&doc);
+//! let doc = tuner::tuned_file::build_document(&evidence, &result, None, Vec::new());
+//! let toml = tuner::tuned_file::render(&doc);
 //! assert!(toml.contains("[[table]]"));
 //! ```
 
 pub mod backend;
+pub mod candidates;
 mod clock;
 #[allow(
     rustdoc::invalid_html_tags,
@@ -51,8 +57,6 @@ pub mod grid;
 pub mod harness;
 mod json_layout;
 pub mod logging;
-pub mod measure;
-pub mod named;
 pub mod observe;
 pub mod plot;
 mod progress;
@@ -60,7 +64,8 @@ pub mod show;
 pub mod stats;
 pub mod sweep;
 pub mod tables;
+pub mod tuned_file;
+pub mod tuned_folder;
 pub mod verify;
-pub mod write;
 
 pub use clock::today_utc;

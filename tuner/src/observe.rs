@@ -25,7 +25,8 @@ pub struct Quiet;
 impl Observer for Quiet {}
 
 /// How a sweep or a verification ended.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Complete,
     /// Stopped by the observer (Ctrl-C).

@@ -1,5 +1,5 @@
 //! `plot`: one SVG per key: latency and bus bandwidth against message size,
-//! one line per algorithm (median, with the 95 % bootstrap CI as whiskers),
+//! one line per algorithm (median, with its 95 % distribution-free interval as whiskers),
 //! and the chosen bands shaded in the colour of their algorithm.
 //!
 //! Bus bandwidth is nccl-tests' definition: all-reduce `S/t · 2(W−1)/W`,
@@ -15,7 +15,6 @@ use policy::{Algo, Band, TableKey};
 use crate::evidence::{Evidence, KeyEvidence};
 use crate::format;
 use crate::stats;
-use crate::sweep::point_seed;
 
 const WIDTH: u32 = 1100;
 const HEIGHT: u32 = 900;
@@ -281,15 +280,14 @@ fn escape(text: &str) -> String {
 fn series_of(key: &KeyEvidence) -> Vec<Series> {
     let mut by_algo: BTreeMap<Algo, Vec<SeriesPoint>> = BTreeMap::new();
     for point in key.points.iter().filter(|p| p.usable()) {
-        let summary = stats::summarize(
-            &point.samples_us,
-            point_seed(&key.key(), point.bytes, point.algo),
-        );
+        let Some(m) = stats::median_interval(&point.samples_us, stats::CONFIDENCE) else {
+            continue;
+        };
         by_algo.entry(point.algo).or_default().push(SeriesPoint {
             bytes: point.bytes,
-            median: summary.median,
-            ci_low: summary.ci_low,
-            ci_high: summary.ci_high,
+            median: m.median,
+            ci_low: m.low,
+            ci_high: m.high,
         });
     }
     by_algo

@@ -6,8 +6,9 @@
 
 use std::fmt::Write;
 
-use policy::{Arch, Collective, DType, Link, Mode};
+use policy::{Arch, CapacityEntry, Collective, DType, Link, Mode};
 use policy::{PlatformInfo, TableInfo};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::format;
@@ -141,52 +142,42 @@ fn nothing_answers(filter: &ShowFilter) -> String {
     }
 }
 
+/// One platform of `tuner show --json`: the file, the arch it answers for
+/// when that is not its own, and the tables the filter keeps.
+#[derive(Serialize)]
+struct Shown {
+    arch: Arch,
+    link: Link,
+    answers_for: Option<Arch>,
+    gpu: &'static str,
+    source: &'static str,
+    citation: Option<&'static str>,
+    file: &'static str,
+    capacities: &'static [CapacityEntry],
+    tables: Vec<&'static TableInfo>,
+}
+
 /// `tuner show --json`: the same platforms and tables, as data.
 pub fn to_json(tables: &TableSet, filter: &ShowFilter) -> Value {
-    let platforms: Vec<Value> = filter
+    let platforms: Vec<Shown> = filter
         .platforms(tables)
         .into_iter()
-        .map(|(p, answers)| {
-            let tables: Vec<Value> = p
-                .tables
-                .iter()
-                .filter(|t| filter.table(t))
-                .map(|t| {
-                    json!({
-                        "key": format::key_json(&t.key),
-                        "bands": format::bands_json(t.bands),
-                        "source": t.source,
-                        "source_inherited": t.source_inherited,
-                        "citation": t.citation,
-                        "evidence": t.evidence,
-                        "date": t.date,
-                        "tuner_version": t.tuner_version,
-                        "note": t.note,
-                    })
-                })
-                .collect();
-            json!({
-                "arch": p.arch.name(),
-                "link": p.link.name(),
-                "answers_for": answers.map(Arch::name),
-                "gpu": p.gpu,
-                "source": p.source,
-                "citation": p.citation,
-                "file": p.file,
-                "capacities": p.capacities.iter().map(|c| json!({
-                    "collective": c.collective.name(),
-                    "algo": c.algo.name(),
-                    "max_bytes": c.capacity.max_bytes,
-                    "align": c.capacity.align,
-                })).collect::<Vec<_>>(),
-                "tables": tables,
-            })
+        .map(|(p, answers_for)| Shown {
+            arch: p.arch,
+            link: p.link,
+            answers_for,
+            gpu: p.gpu,
+            source: p.source,
+            citation: p.citation,
+            file: p.file,
+            capacities: p.capacities,
+            tables: p.tables.iter().filter(|t| filter.table(t)).collect(),
         })
         .collect();
     json!({
         "tables": tables.origin(),
-        "platforms": platforms,
         "none_answers": platforms.is_empty().then(|| nothing_answers(filter)),
+        "platforms": platforms,
     })
 }
 
@@ -259,7 +250,7 @@ fn bands_line(t: &TableInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use policy::{Algo, Band, Capacity, CapacityEntry, TableKey};
+    use policy::{Algo, Band, Capacity, TableKey};
 
     static BANDS: [Band; 2] = [
         Band {

@@ -4,13 +4,13 @@
 //! as evidence.
 //!
 //! Probing: between two neighbouring measured sizes whose fastest algorithms
-//! differ (by the medians, significant or not), the geometric midpoint is
-//! measured and settled like any size, and each half is probed again, until
-//! the two sizes are within `bisect_resolution` of each other, the two
-//! algorithms are shown to be within `edge_tolerance` of each other at both
-//! ends (then any edge between them costs less than that), or the bracket's
-//! `max_bisect_steps` probes are spent. A third algorithm that wins
-//! at a probe gets its own edges the same way.
+//! differ (by the medians), the geometric midpoint is measured and settled
+//! like any size, and each half is probed again, until the two sizes are
+//! within `bisect_resolution` of each other, the two algorithms are within
+//! the margin of each other at both ends by the interval of their ratio (then
+//! any edge between them costs less than that), or the bracket's
+//! `max_bisect_steps` probes are spent. A third algorithm that wins at a
+//! probe gets its own edges the same way.
 //!
 //! Every rank agrees on every choice by construction: one process drives all
 //! ranks, a sample is the maximum over ranks, and the choice is made once from
@@ -21,19 +21,26 @@ use std::collections::BTreeMap;
 use policy::{Algo, Collective, DType, Mode, TableKey};
 
 use crate::backend::{Backend, BackendError, Repetitions};
+use crate::candidates::{self, Column, Effort};
 use crate::evidence::{
     EVIDENCE_VERSION, Evidence, KeyEvidence, MeasuredPlatform, PointOrigin, SettingsRecord,
 };
 use crate::grid;
-use crate::measure::{self, Column, Effort};
 use crate::observe::{Observer, RunStatus};
 use crate::stats;
 
-/// Extra rounds a close choice may get at a grid point, by default.
+/// Extra rounds an open choice may get at a grid point, by default.
 pub const DEFAULT_REMEASURE_ROUNDS: u32 = 16;
 
-/// Extra rounds a close choice may get at a probe, by default.
+/// Extra rounds an open choice may get at a probe, by default.
 pub const DEFAULT_PROBE_ROUNDS: u32 = 16;
+
+/// Coverage of the intervals that say where to measure more. They decide no
+/// band (`fit` picks by the estimates), only where more samples go: 90 %
+/// spends them where the choice is close rather than on every size the noise
+/// leaves a few per cent uncertain, and settles a close choice often enough
+/// that a wrong estimate there seldom costs more than the verify limit.
+pub const CONFIDENCE: f64 = 0.9;
 
 /// What to sweep and how hard.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,34 +53,26 @@ pub struct SweepSettings {
     pub min_bytes: u64,
     pub max_bytes: u64,
     pub reps: Repetitions,
-    /// Two candidates at a size are a tie once an equivalence test shows
-    /// their medians within this fraction of each other; until then, and
-    /// until one is significantly faster, the choice between them is close…
-    pub remeasure_threshold: f64,
-    /// …and gets up to this many extra rounds of `reps.samples` at a grid
-    /// point…
+    /// The fit's margin: at a size, the fastest candidate and every other get
+    /// more rounds while the interval of their ratio holds `1 − margin`…
+    pub margin: f64,
+    /// …at this coverage…
+    pub confidence: f64,
+    /// …up to this many extra rounds of `reps.samples` at a grid point…
     pub max_remeasure_rounds: u32,
     /// Stop probing when the bracketing sizes are within this fraction…
     pub bisect_resolution: f64,
-    /// …or when the two algorithms are shown (an equivalence test at
-    /// `alpha`) to be within this fraction of each other at both sizes:
-    /// then no edge between them costs more.
-    pub edge_tolerance: f64,
     /// At most this many probes between two grid points.
     pub max_bisect_steps: u32,
     /// …and up to this many at a probe.
     pub max_probe_rounds: u32,
-    /// Significance level of "one candidate is faster" and of the
-    /// equivalence test.
-    pub alpha: f64,
 }
 
 impl Default for SweepSettings {
-    /// Sized for a budget: all-reduce and all-gather × 3 dtypes × 2 modes for
-    /// one world size in under 3 minutes on 2 x H200 (48 grid sizes, 25
-    /// samples each). There the per-sample noise is about 1 %, so nearly
-    /// every choice is settled by the first round and the extra rounds go to
-    /// the few sizes where two candidates are within a few percent.
+    /// Sized for a budget of a few minutes per world size (GUIDE.md,
+    /// "Budget"): on a quiet machine nearly every choice is settled by the
+    /// first round, and the extra rounds go to the few sizes where two
+    /// candidates are within a few percent.
     fn default() -> Self {
         SweepSettings {
             collectives: Collective::ALL.to_vec(),
@@ -86,13 +85,12 @@ impl Default for SweepSettings {
                 samples: 25,
                 warmup: 5,
             },
-            remeasure_threshold: 0.03,
+            margin: crate::fit::DEFAULT_MARGIN,
+            confidence: CONFIDENCE,
             max_remeasure_rounds: DEFAULT_REMEASURE_ROUNDS,
             bisect_resolution: 0.02,
-            edge_tolerance: 0.01,
             max_bisect_steps: 8,
             max_probe_rounds: DEFAULT_PROBE_ROUNDS,
-            alpha: 0.01,
         }
     }
 }
@@ -102,10 +100,10 @@ impl SweepSettings {
     pub fn effort(&self) -> Effort {
         Effort {
             reps: self.reps,
-            remeasure_threshold: self.remeasure_threshold,
+            margin: self.margin,
+            confidence: self.confidence,
             max_remeasure_rounds: self.max_remeasure_rounds,
             max_probe_rounds: self.max_probe_rounds,
-            alpha: self.alpha,
         }
     }
 }
@@ -254,7 +252,7 @@ pub fn sweep(
             max_bytes: settings.max_bytes,
             samples: settings.reps.samples,
             warmup: settings.reps.warmup,
-            remeasure_threshold: settings.remeasure_threshold,
+            remeasure_threshold: settings.margin,
             max_remeasure_rounds: settings.max_remeasure_rounds,
             bisect_resolution: settings.bisect_resolution,
             max_probe_rounds: settings.max_probe_rounds,
@@ -347,7 +345,7 @@ impl KeyRun<'_> {
             {
                 continue;
             }
-            let result = measure::measure_point(
+            let result = candidates::measure_point(
                 &mut *self.backend,
                 self.key,
                 bytes,
@@ -373,7 +371,8 @@ impl KeyRun<'_> {
             PointOrigin::Bisect => self.settings.max_probe_rounds,
         };
         let column = self.columns.entry(bytes).or_default();
-        let settled = measure::settle(&mut *self.backend, self.key, column, rounds, &self.effort);
+        let settled =
+            candidates::settle(&mut *self.backend, self.key, column, rounds, &self.effort);
         settled
             .map(|_| ())
             .map_err(|(algo, e)| self.failed(bytes, algo, &e))
@@ -399,29 +398,30 @@ impl KeyRun<'_> {
     }
 
     /// The two algorithms to probe between: the fastest at `low` and the
-    /// fastest at `high`, when they differ (significantly or not), both ran at
-    /// both sizes, and they are not shown to be within the edge tolerance of
-    /// each other at both (then every edge between the two sizes costs less).
+    /// fastest at `high`, when they differ, both ran at both sizes, and the
+    /// interval of their ratio does not lie within the margin at both (then
+    /// every edge between the two sizes costs less).
     fn winner_changes(&self, low: u64, high: u64) -> Option<(Algo, Algo)> {
-        let below = measure::fastest(self.column(low)?)?;
-        let above = measure::fastest(self.column(high)?)?;
+        let below = candidates::fastest(self.column(low)?)?;
+        let above = candidates::fastest(self.column(high)?)?;
         if below == above {
             return None;
         }
         let both_run = |bytes| {
-            let m = measure::medians(self.column(bytes).expect("measured above"));
+            let m = candidates::medians(self.column(bytes).expect("measured above"));
             m.contains_key(&below) && m.contains_key(&above)
         };
         if !both_run(low) || !both_run(high) {
             return None;
         }
+        let margin = self.settings.margin;
         let tie = |bytes| {
-            stats::equivalent(
+            stats::ratio(
                 self.samples(bytes, below),
                 self.samples(bytes, above),
-                self.settings.edge_tolerance,
-                self.effort.alpha,
+                self.settings.confidence,
             )
+            .is_some_and(|r| r.low >= 1.0 - margin && r.high <= 1.0 / (1.0 - margin))
         };
         (!(tie(low) && tie(high))).then_some((below, above))
     }
@@ -457,11 +457,6 @@ impl KeyRun<'_> {
         self.probe(low, mid, align, budget, observer)?;
         self.probe(mid, high, align, budget, observer)
     }
-}
-
-/// The bootstrap seed of one point: the same in `sweep`, `fit` and `plot`.
-pub fn point_seed(key: &TableKey, bytes: u64, algo: Algo) -> u64 {
-    stats::seed_for(&format!("{}/{bytes}/{}", key, algo.name()))
 }
 
 #[cfg(test)]
@@ -602,19 +597,19 @@ mod tests {
         assert!(points.iter().all(|p| p.samples_us.len() <= most * reps));
     }
 
-    /// The case where probing only after a significant change missed an edge:
-    /// two algorithms cross between two grid points, 6 % apart at both, which 20 % noise leaves insignificant at both in three rounds
-    /// (all that a point of that noise used to get). The change of winner
-    /// alone is probed.
+    /// Two algorithms cross between two grid points, 6 % apart at both,
+    /// which 20 % noise leaves undecided at both in three rounds: the change
+    /// of winner alone is probed.
     #[test]
-    fn a_change_of_winner_is_probed_even_when_not_significant() {
-        let mut config = SyntheticConfig::nominal(0.2, 3);
+    fn a_change_of_winner_is_probed_even_when_undecided() {
+        let mut config = SyntheticConfig::nominal(0.2, 2);
         let models = &mut config.models;
         models.retain(|&(c, a), _| c != Collective::AllReduce || a == Algo::Nccl);
         let nccl = crate::backend::synthetic::LatencyModel {
             alpha_us: 10.0,
             bytes_per_us: 100.0,
             step: None,
+            knee_bytes: None,
         };
         // Push is 6 % slower at 1 KiB and meets NCCL at 1254 B, half-way
         // to 1.5 KiB (where it is 6 % faster).
@@ -625,6 +620,7 @@ mod tests {
             alpha_us: t_at - per_byte * at,
             bytes_per_us: 1.0 / per_byte,
             step: None,
+            knee_bytes: None,
         };
         models.insert((Collective::AllReduce, Algo::Nccl), nccl);
         models.insert((Collective::AllReduce, Algo::OneShotPush), push);
@@ -645,12 +641,10 @@ mod tests {
                 samples(bytes, Algo::Nccl),
                 samples(bytes, Algo::OneShotPush),
             );
+            let r = stats::ratio(&n, &p, 0.95).unwrap();
             assert!(
-                !stats::faster_by_margin(&n, &p, 0.0, 0.01).faster
-                    && !stats::faster_by_margin(&p, &n, 0.0, 0.01).faster,
-                "significant at {bytes} (medians {} and {}): not the case meant",
-                stats::median(&n),
-                stats::median(&p)
+                r.low < 1.0 && 1.0 < r.high,
+                "decided at {bytes} ({r:?}): not the case meant"
             );
         }
         let probes: Vec<u64> = points

@@ -166,8 +166,15 @@ fn usage_errors_exit_2_everywhere() {
             "serve 2 to 8",
         ),
         (
-            vec!["sweep", "--synthetic", "--out", "/tmp/x", "--alpha", "2"],
-            "--alpha 2 must be in (0, 1)",
+            vec![
+                "sweep",
+                "--synthetic",
+                "--out",
+                "/tmp/x",
+                "--margin-pct",
+                "100",
+            ],
+            "--margin-pct 100 must be in [0, 100)",
         ),
         (
             vec![

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use tuner::evidence::Evidence;
 use tuner::fit::{FitSettings, fit};
-use tuner::write::{build_document, render};
+use tuner::tuned_file::{build_document, render};
 
 fn toml_of(evidence: &Evidence) -> String {
     let result = fit(evidence, &FitSettings::default());

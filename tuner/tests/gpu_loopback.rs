@@ -2012,35 +2012,35 @@ fn outlived(ctx: &Arc<CudaContext>, world: usize) -> Result<(), String> {
 #[test]
 #[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
 fn one_broken_configuration_stays_one_failure_in_the_bench() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Bench {
+        #[command(flatten)]
+        args: tuner::commands::BenchArgs,
+    }
     let _ctx = gpu();
-    let tuner = std::env::var_os("COLLTUNE_TUNER_EXE")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_tuner")));
-    let output = std::process::Command::new(&tuner)
-        .args([
-            "bench",
-            "--loopback",
-            "--world",
-            "2",
-            "--collective",
-            "all_reduce",
-            "--algos",
-            "one_shot_push,one_shot_pull,nccl",
-            "--sizes",
-            "4KiB,64KiB",
-            "--modes",
-            "graph,eager",
-            "--samples",
-            "3",
-            "--timeout-ms",
-            "200",
-            "--inject-stall",
-            "one_shot_push@4KiB",
-        ])
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", tuner.display()));
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
+    let bench = Bench::parse_from([
+        "bench",
+        "--loopback",
+        "--world",
+        "2",
+        "--collective",
+        "all_reduce",
+        "--algos",
+        "one_shot_push,one_shot_pull,nccl",
+        "--sizes",
+        "4KiB,64KiB",
+        "--modes",
+        "graph,eager",
+        "--samples",
+        "3",
+        "--timeout-ms",
+        "200",
+    ]);
+    let stall = (Algo::OneShotPush, 4096);
+    let mut out = Vec::new();
+    let result = tuner::commands::bench_with_stall(&bench.args, stall, &mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
     eprintln!("{text}");
     let failed: Vec<&str> = text.lines().filter(|l| l.contains("FAILED")).collect();
     assert_eq!(
@@ -2061,8 +2061,5 @@ fn one_broken_configuration_stays_one_failure_in_the_bench() {
         .count();
     assert_eq!(timed, 10, "{text}");
     assert!(text.contains("building a new one"), "{text}");
-    assert!(
-        !output.status.success(),
-        "a failed configuration must fail the run"
-    );
+    assert!(result.is_err(), "a failed configuration must fail the run");
 }

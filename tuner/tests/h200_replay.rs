@@ -234,35 +234,40 @@ fn committed() -> tuned_schema::Document {
     tuned_schema::validate::parse_document(TABLE, &text).unwrap()
 }
 
-/// Over the recorded sizes from `low` to `high` where both ran: the mean of
-/// `ln(t_to / t_from)` (what handing those sizes from `from` to `to` costs on
-/// average; negative is a gain) and the largest gap either way.
-fn handover(
+/// Over the recorded sizes where the two tables choose differently and both
+/// choices ran: the mean of `ln(t_replayed / t_committed)` (negative is a
+/// gain) and how many such sizes there are.
+fn difference(
     replay: &Replay,
     key: TableKey,
-    from: Algo,
-    to: Algo,
-    low: u64,
-    high: u64,
-) -> (f64, f64) {
-    let sizes = replay.points[&(key, from)]
+    committed: &[Band],
+    replayed: &[Band],
+) -> (f64, usize) {
+    let choice = |bands: &[Band], bytes: u64| {
+        bands
+            .iter()
+            .find(|b| b.max.is_none_or(|m| bytes <= m))
+            .unwrap()
+            .algo
+    };
+    let logs: Vec<f64> = replay.points[&(key, Algo::Nccl)]
         .iter()
         .map(|p| p.bytes)
-        .filter(|&s| s > low && s <= high);
-    let logs: Vec<f64> = sizes
-        .filter_map(|s| Some((replay.at(key, from, s)?.0, replay.at(key, to, s)?.0)))
-        .map(|(f, t)| (t / f).ln())
+        .filter_map(|s| {
+            let (old, new) = (choice(committed, s), choice(replayed, s));
+            (old != new).then_some(())?;
+            Some((replay.at(key, new, s)?.0 / replay.at(key, old, s)?.0).ln())
+        })
         .collect();
     let mean = logs.iter().sum::<f64>() / logs.len().max(1) as f64;
-    let largest = logs.iter().fold(0.0f64, |m, l| m.max(l.abs()));
-    (mean.exp() - 1.0, largest.exp() - 1.0)
+    (mean.exp() - 1.0, logs.len())
 }
 
 /// Today's sweep of world size 2 costs less than 3 minutes on the machine
-/// the evidence was recorded on, and finds the committed table's bands: the
-/// same algorithms in the same order, and where an edge moved, the sizes that
-/// changed hands cost less than 2 % on average either way: the two algorithms
-/// alternate there, within a few percent, and neither is consistently faster.
+/// the evidence was recorded on, and finds tables as good as the committed
+/// one: where the two choose differently (the algorithms there are within a
+/// few percent and alternate), the replayed choice costs less than 2 % on
+/// average either way.
 #[test]
 fn the_world_size_2_sweep_stays_within_three_minutes_and_finds_the_same_bands() {
     let mut replay = Replay::new(1);
@@ -289,44 +294,15 @@ fn the_world_size_2_sweep_stays_within_three_minutes_and_finds_the_same_bands() 
             .find(|t| t.key == fitted.key)
             .unwrap()
             .bands;
+        let (mean, sizes) = difference(&replay, fitted.key, before, &fitted.bands);
         println!("{}", fitted.key);
         println!("  committed {}", tuner::format::bands(before));
         println!("  replayed  {}", tuner::format::bands(&fitted.bands));
-        let algos = |b: &[Band]| b.iter().map(|b| b.algo).collect::<Vec<_>>();
-        assert_eq!(algos(before), algos(&fitted.bands), "{}", fitted.key);
-        for (old, new) in before.iter().zip(&fitted.bands) {
-            let (Some(old_max), Some(new_max)) = (old.max, new.max) else {
-                continue;
-            };
-            if old_max == new_max {
-                continue;
-            }
-            let next = |bands: &[Band]| {
-                let i = bands.iter().position(|b| b.algo == old.algo).unwrap();
-                bands[i + 1].algo
-            };
-            let above = next(before);
-            // Who serves the sizes between the two edges, before and after.
-            let (from, to) = if new_max < old_max {
-                (old.algo, above)
-            } else {
-                (above, old.algo)
-            };
-            let (low, high) = (old_max.min(new_max), old_max.max(new_max));
-            let (mean, largest) = handover(&replay, fitted.key, from, to, low, high);
-            println!(
-                "  {} → {} moved from {} to {}: {} instead of {} there costs {:+.2}% on average (at most ±{:.2}% at a size)",
-                old.algo.name(),
-                above.name(),
-                tuner::format::size(old_max),
-                tuner::format::size(new_max),
-                to.name(),
-                from.name(),
-                mean * 100.0,
-                largest * 100.0
-            );
-            assert!(mean.abs() <= 0.02, "{}: {:+.2}%", fitted.key, mean * 100.0);
-        }
+        println!(
+            "  {sizes} recorded sizes choose differently, at {:+.2}% on average",
+            mean * 100.0
+        );
+        assert!(mean.abs() <= 0.02, "{}: {:+.2}%", fitted.key, mean * 100.0);
     }
     assert!(seconds < 180.0, "{seconds:.0} s");
 }

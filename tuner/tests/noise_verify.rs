@@ -12,8 +12,8 @@ use tuner::backend::{Backend, Repetitions};
 use tuner::fit::{FitSettings, fit};
 use tuner::observe::Quiet;
 use tuner::sweep::{SweepSettings, sweep};
+use tuner::tuned_file::build_document;
 use tuner::verify::{Verdict, VerifySettings, verify};
-use tuner::write::build_document;
 
 const MAX_BYTES: u64 = 16 << 20;
 
@@ -78,7 +78,7 @@ fn judge(noise: f64, seed: u64) -> Vec<Judged> {
     let mut backend = SyntheticBackend::new(config);
     let settings = VerifySettings {
         max_bytes: MAX_BYTES,
-        effort: tuner::measure::Effort {
+        effort: tuner::candidates::Effort {
             reps: Repetitions {
                 samples: 25,
                 warmup: 0,

@@ -12,7 +12,7 @@ use tuned_schema::folder::load_folder;
 use tuned_schema::interpret;
 use tuner::commands::{self, Exit, FitArgs, FitCommandArgs};
 use tuner::fit::{FitSettings, fit};
-use tuner::write::{build_document, render, toml_file_name};
+use tuner::tuned_file::{build_document, render, toml_file_name};
 
 fn fit_args(evidence: &std::path::Path, out: &std::path::Path) -> FitCommandArgs {
     FitCommandArgs {
@@ -22,8 +22,7 @@ fn fit_args(evidence: &std::path::Path, out: &std::path::Path) -> FitCommandArgs
         force: false,
         json: false,
         fit: FitArgs {
-            margin_pct: 4.0,
-            alpha: 0.01,
+            margin_pct: tuner::fit::DEFAULT_MARGIN * 100.0,
             min_samples: 5,
         },
     }

@@ -2,8 +2,6 @@
 //! sizes between grid points, different for every key) come back where they
 //! were planted, pure noise gives no band, and bands are monotone.
 
-use std::collections::BTreeSet;
-
 use policy::{Algo, Band, Collective, DType, Mode, TableKey};
 use tuner::backend::Repetitions;
 use tuner::backend::synthetic::{LatencyModel, SyntheticBackend, SyntheticConfig};
@@ -46,14 +44,12 @@ fn fitted_keys(config: SyntheticConfig, settings: &SweepSettings) -> Vec<(TableK
     fits
 }
 
-/// Every algorithm owns at most one band, edges strictly increase, and only the
-/// last band is open.
+/// Neighbouring bands differ, edges strictly increase, and only the last
+/// band is open.
 fn assert_monotone(bands: &[Band]) {
-    let algos: BTreeSet<Algo> = bands.iter().map(|b| b.algo).collect();
-    assert_eq!(
-        algos.len(),
-        bands.len(),
-        "an algorithm owns two bands: {bands:?}"
+    assert!(
+        bands.windows(2).all(|w| w[0].algo != w[1].algo),
+        "two neighbouring bands of one algorithm: {bands:?}"
     );
     let edges: Vec<u64> = bands.iter().filter_map(|b| b.max).collect();
     assert_eq!(
@@ -116,9 +112,12 @@ fn planted_crossovers_are_recovered() {
     }
 }
 
+/// Identical algorithms at up to 10 % noise: NCCL keeps its one band (the
+/// sweep settles every candidate close to the fastest, and a stretch that
+/// does not win on average goes back to the band below).
 #[test]
 fn pure_noise_gives_a_single_band() {
-    for cv in [0.02, 0.05, 0.10] {
+    for cv in [0.01, 0.02, 0.05, 0.10] {
         for seed in [1, 2] {
             for (collective, bands) in fitted(SyntheticConfig::pure_noise(cv, seed), &settings(25))
             {
@@ -137,8 +136,8 @@ fn pure_noise_gives_a_single_band() {
 
 #[test]
 fn glitches_do_not_move_crossovers() {
-    // 3 % of samples are three times too slow (a preempted context): Tukey's
-    // fences drop them and the median ignores what is left.
+    // 3 % of samples are three times too slow (a preempted context): the
+    // median ignores them.
     let mut config = SyntheticConfig::planted(0.03, 11);
     config.outlier_rate = 0.03;
     let backend = SyntheticBackend::new(config.clone());
@@ -158,11 +157,11 @@ fn glitches_do_not_move_crossovers() {
 }
 
 #[test]
-fn a_returning_algorithm_does_not_split_into_two_bands() {
+fn a_returning_algorithm_owns_a_band_again() {
     // Pull spills a cache above 48 KiB (+25 µs), so push is fastest again from
     // there until two-shot overtakes it (3 + s/4000 = 21.432 + s/64000, i.e.
-    // s ≈ 78.6 KB): push | pull | push | two-shot | nccl. Giving pull's short
-    // island back to push costs far less regret than either other repair.
+    // s ≈ 78.6 KB): push | pull | push | two-shot | nccl, each band where
+    // its algorithm is fastest.
     let mut config = SyntheticConfig::nominal(0.02, 5);
     let pull = config
         .models
@@ -180,12 +179,20 @@ fn a_returning_algorithm_does_not_split_into_two_bands() {
     let algos: Vec<Algo> = bands.iter().map(|b| b.algo).collect();
     assert_eq!(
         algos,
-        [Algo::OneShotPush, Algo::TwoShotPull, Algo::Nccl],
+        [
+            Algo::OneShotPush,
+            Algo::OneShotPull,
+            Algo::OneShotPush,
+            Algo::TwoShotPull,
+            Algo::Nccl
+        ],
         "{bands:?}"
     );
     let push_to_two_shot = (21.432 - 3.0) / (1.0 / 4000.0 - 1.0 / 64000.0);
-    let error = bands[0].max.unwrap() as f64 / push_to_two_shot - 1.0;
+    let error = bands[2].max.unwrap() as f64 / push_to_two_shot - 1.0;
     assert!(error.abs() <= 0.05, "{bands:?}");
+    let spill = bands[1].max.unwrap() as f64 / (48.0 * 1024.0) - 1.0;
+    assert!(spill.abs() <= 0.05, "{bands:?}");
 }
 
 #[test]
@@ -226,16 +233,19 @@ fn after_a_capacity_cut_the_best_remaining_candidate_takes_over_not_nccl() {
         alpha_us: 20.0,
         bytes_per_us: 40_000.0,
         step: None,
+        knee_bytes: None,
     };
     let pull = LatencyModel {
         alpha_us: 0.97 * nccl.alpha_us,
         bytes_per_us: nccl.bytes_per_us / 0.97,
         step: Some((2048 * KIB, 15.0)),
+        knee_bytes: None,
     };
     let push = LatencyModel {
         alpha_us: 3.0,
         bytes_per_us: 4000.0,
         step: None,
+        knee_bytes: None,
     };
     let mut config = SyntheticConfig::nominal(0.01, 21);
     let models = &mut config.models;

@@ -1,85 +1,13 @@
-//! When a custom kernel refuses a call, which then runs on NCCL (or, in a
-//! loopback world, on the reference collective).
-//!
-//! Every input of the rule is the same on every rank of a world (collective,
-//! algorithm, world size, message size, the platform's capacities, the world's
-//! buffers and peer access), so all ranks decline together: a rank that ran the
-//! custom kernel while a peer fell back would wait for it forever. Tensor pointers
-//! are deliberately not an input: the kernels handle any element alignment.
+//! The decline rule is the vocabulary's ([`policy::decline`]), so `tuner
+//! explain` applies the one the runtime does; here is what a world offers it:
+//! the platform's capacities, the registered buffers and peer access of the
+//! custom kernels, and the NCCL window.
 
-use std::fmt;
+pub use policy::decline::{CallShape, Decline, decline};
 
-use super::PACK_BYTES;
 use super::layout::{BufferPlan, Capacities};
-use super::registry::{self, CustomAlgorithm, Region};
-use crate::vocab::{Algo, AlgoKind, Collective};
-
-/// Why a custom algorithm declined a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Decline {
-    /// The algorithm does not implement this collective (two-shot all-gather).
-    NotImplemented,
-    /// More bytes than the platform's capacity for the algorithm.
-    OverCapacity,
-    /// Not a multiple of the alignment (16 bytes; for all-gather, per share).
-    Misaligned,
-    /// The world's GPUs cannot reach each other's memory.
-    NoPeerAccess,
-    /// Larger than the registered buffers (a capacity/plan inconsistency; never
-    /// expected, but checked, not assumed).
-    BufferTooSmall,
-    /// The world has no NCCL window: no NCCL (a loopback world of several
-    /// ranks), an NCCL older than 2.27, or a registration NCCL refused.
-    NoWindow,
-}
-
-impl Decline {
-    pub fn describe(self) -> &'static str {
-        match self {
-            Decline::NotImplemented => "the algorithm does not implement this collective",
-            Decline::OverCapacity => "the message is larger than the algorithm's capacity",
-            Decline::Misaligned => "the message is not a multiple of 16 bytes (per rank)",
-            Decline::NoPeerAccess => "the GPUs have no peer access to each other",
-            Decline::BufferTooSmall => "the message does not fit the registered buffers",
-            Decline::NoWindow => "this world has no NCCL symmetric window",
-        }
-    }
-}
-
-impl fmt::Display for Decline {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.describe())
-    }
-}
-
-/// One call as the decline rule sees it, and as the launch then uses it: its
-/// per-rank size and registry entry are worked out once, here.
-#[derive(Clone, Copy, Debug)]
-pub struct CallShape {
-    pub collective: Collective,
-    pub algo: Algo,
-    pub world: usize,
-    /// Output bytes (all-gather: world x share), as in `policy::Query`.
-    pub bytes: u64,
-    /// Bytes each rank contributes: the message for all-reduce, one share for
-    /// all-gather.
-    pub bytes_per_rank: u64,
-    /// The algorithm's registry entry (`None` for NCCL).
-    pub custom: Option<&'static CustomAlgorithm>,
-}
-
-impl CallShape {
-    pub fn new(collective: Collective, algo: Algo, world: usize, bytes: u64) -> CallShape {
-        CallShape {
-            collective,
-            algo,
-            world,
-            bytes,
-            bytes_per_rank: collective.per_rank_size(world as u64, bytes),
-            custom: registry::custom(algo),
-        }
-    }
-}
+use super::registry::{self, Region};
+use crate::vocab::{Algo, Capacity, Collective};
 
 /// What a world offers the algorithms that need more than NCCL: its
 /// registered buffers and whether its GPUs reach each other's memory (the
@@ -92,63 +20,37 @@ pub struct WorldOffer<'a> {
     pub window_bytes: u64,
 }
 
-/// `None` if `call.algo` takes the call, else why not. Plain NCCL never
-/// declines. Empty messages never reach this rule (nothing runs).
-pub fn decline(call: &CallShape, world: &WorldOffer) -> Option<Decline> {
-    match call.algo.kind() {
-        AlgoKind::Library => return None,
-        AlgoKind::Window | AlgoKind::Kernel => {}
+impl policy::decline::Offer for WorldOffer<'_> {
+    fn capacity(&self, collective: Collective, algo: Algo) -> Capacity {
+        self.caps.of(collective, algo)
     }
-    if !call.algo.implements(call.collective) {
-        return Some(Decline::NotImplemented);
-    }
-    let Some(custom) = call.custom else {
-        // NCCL on the window: the whole output lies in it.
-        return over_capacity(call, world.caps)
-            .or((call.bytes > world.window_bytes).then_some(Decline::NoWindow));
-    };
-    if !world.peer_access {
-        return Some(Decline::NoPeerAccess);
-    }
-    if let Some(refused) = over_capacity(call, world.caps) {
-        return Some(refused);
-    }
-    let plan = world.plan;
-    // Whatever a table says, the kernels move whole 16-byte packs per rank.
-    let per_rank = call.bytes_per_rank;
-    if call.collective == Collective::AllGather && !call.bytes.is_multiple_of(call.world as u64)
-        || per_rank == 0
-        || !per_rank.is_multiple_of(PACK_BYTES)
-    {
-        return Some(Decline::Misaligned);
-    }
-    let need = (custom.footprint)(per_rank, call.world);
-    let room = match custom.region {
-        Region::Push => plan.slot_bytes,
-        Region::Staging => plan.staging_half_bytes,
-    };
-    if need > room {
-        return Some(Decline::BufferTooSmall);
-    }
-    None
-}
 
-/// The platform's capacity for the call's algorithm refuses it.
-fn over_capacity(call: &CallShape, caps: &Capacities) -> Option<Decline> {
-    let capacity = caps.of(call.collective, call.algo);
-    if capacity.accepts_message(call.collective, call.world as u32, call.bytes) {
-        None
-    } else if call.bytes > capacity.max_bytes {
-        Some(Decline::OverCapacity)
-    } else {
-        Some(Decline::Misaligned)
+    fn peer_access(&self) -> bool {
+        self.peer_access
+    }
+
+    fn window_bytes(&self) -> u64 {
+        self.window_bytes
+    }
+
+    /// The call's registry entry says which region it crosses and how many
+    /// bytes of it the call needs.
+    fn buffers_hold(&self, call: &CallShape) -> bool {
+        let Some(custom) = registry::custom(call.algo) else {
+            return false;
+        };
+        let room = match custom.region {
+            Region::Push => self.plan.slot_bytes,
+            Region::Staging => self.plan.staging_half_bytes,
+        };
+        (custom.footprint)(call.bytes_per_rank, call.world) <= room
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vocab::Capacity;
+    use crate::protocol::PACK_BYTES;
 
     const MIB: u64 = 1 << 20;
 
@@ -179,129 +81,8 @@ mod tests {
         }
     }
 
-    fn check(collective: Collective, algo: Algo, world: usize, bytes: u64) -> Option<Decline> {
-        let caps = defaults();
-        let plan = BufferPlan::new(&caps, world, false).unwrap();
-        let call = CallShape::new(collective, algo, world, bytes);
-        decline(&call, &offer(&caps, &plan, true))
-    }
-
     use Algo::*;
     use Collective::*;
-
-    #[test]
-    fn nccl_on_the_window_takes_what_fits_it_and_needs_one() {
-        // Within the window, any rank count and any element count.
-        assert_eq!(check(AllReduce, NcclSymmetric, 2, 16), None);
-        assert_eq!(check(AllReduce, NcclSymmetric, 3, 64 * MIB), None);
-        assert_eq!(check(AllGather, NcclSymmetric, 8, 8 * 16), None);
-        // Past the capacity.
-        assert_eq!(
-            check(AllReduce, NcclSymmetric, 2, 64 * MIB + 16),
-            Some(Decline::OverCapacity)
-        );
-        assert_eq!(
-            check(AllReduce, NcclSymmetric, 2, 24),
-            Some(Decline::Misaligned)
-        );
-        let caps = defaults();
-        let plan = BufferPlan::new(&caps, 2, false).unwrap();
-        let call = CallShape::new(AllReduce, NcclSymmetric, 2, 4096);
-        // Peer access is NCCL's business, not the window's.
-        assert_eq!(decline(&call, &offer(&caps, &plan, false)), None);
-        // A world without a window (no NCCL, NCCL before 2.27), or one
-        // smaller than the call (a capacity the window was not sized for).
-        for window_bytes in [0, 2048] {
-            let world = WorldOffer {
-                window_bytes,
-                ..offer(&caps, &plan, true)
-            };
-            assert_eq!(decline(&call, &world), Some(Decline::NoWindow));
-        }
-    }
-
-    #[test]
-    fn nccl_takes_everything() {
-        assert_eq!(check(AllReduce, Nccl, 2, 3), None);
-        assert_eq!(check(AllGather, Nccl, 8, u64::MAX / 2), None);
-    }
-
-    #[test]
-    fn sizes_within_capacity_are_taken() {
-        assert_eq!(check(AllReduce, OneShotPush, 8, 16), None);
-        assert_eq!(check(AllReduce, OneShotPush, 8, 8 * MIB), None);
-        assert_eq!(check(AllReduce, OneShotPull, 2, 16 * MIB), None);
-        assert_eq!(check(AllReduce, TwoShotPull, 8, 64 * MIB), None);
-        assert_eq!(check(AllReduce, TwoShotPull, 3, 16 * 37), None);
-        assert_eq!(check(AllGather, OneShotPush, 8, 8 * 16), None);
-        assert_eq!(check(AllGather, OneShotPull, 4, 16 * MIB), None);
-    }
-
-    #[test]
-    fn over_capacity_is_declined() {
-        assert_eq!(
-            check(AllReduce, OneShotPush, 8, 8 * MIB + 16),
-            Some(Decline::OverCapacity)
-        );
-        assert_eq!(
-            check(AllReduce, TwoShotPull, 2, 128 * MIB),
-            Some(Decline::OverCapacity)
-        );
-        assert_eq!(
-            check(AllGather, OneShotPush, 2, 16 * MIB),
-            Some(Decline::OverCapacity)
-        );
-    }
-
-    #[test]
-    fn misaligned_sizes_are_declined() {
-        assert_eq!(
-            check(AllReduce, OneShotPush, 2, 24),
-            Some(Decline::Misaligned)
-        );
-        assert_eq!(
-            check(AllReduce, OneShotPull, 2, 2),
-            Some(Decline::Misaligned)
-        );
-        // 64 bytes over 8 ranks: 8-byte shares.
-        assert_eq!(
-            check(AllGather, OneShotPull, 8, 64),
-            Some(Decline::Misaligned)
-        );
-        // Not divisible by the world at all.
-        assert_eq!(
-            check(AllGather, OneShotPush, 3, 16 * 4),
-            Some(Decline::Misaligned)
-        );
-    }
-
-    #[test]
-    fn two_shot_all_gather_is_not_implemented() {
-        assert_eq!(
-            check(AllGather, TwoShotPull, 2, 64),
-            Some(Decline::NotImplemented)
-        );
-        assert_eq!(
-            check(AllGather, TwoShotPush, 2, 64),
-            Some(Decline::NotImplemented)
-        );
-    }
-
-    #[test]
-    fn two_shot_push_takes_its_capacity_and_declines_the_rest() {
-        for world in [2, 3, 4, 8] {
-            assert_eq!(check(AllReduce, TwoShotPush, world, 16), None, "{world}");
-            assert_eq!(check(AllReduce, TwoShotPush, world, 8 * MIB), None);
-            assert_eq!(
-                check(AllReduce, TwoShotPush, world, 8 * MIB + 16),
-                Some(Decline::OverCapacity)
-            );
-            assert_eq!(
-                check(AllReduce, TwoShotPush, world, 40),
-                Some(Decline::Misaligned)
-            );
-        }
-    }
 
     /// One call on `plan`'s buffers, with every capacity at its default.
     fn on(plan: BufferPlan, algo: Algo, collective: Collective, bytes: u64) -> Option<Decline> {
@@ -420,37 +201,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn no_peer_access_declines_every_custom_algorithm() {
-        let caps = defaults();
-        let plan = BufferPlan::new(&caps, 2, false).unwrap();
-        for algo in [OneShotPush, OneShotPull, TwoShotPull, TwoShotPush] {
-            let call = CallShape::new(AllReduce, algo, 2, 64);
-            assert_eq!(
-                decline(&call, &offer(&caps, &plan, false)),
-                Some(Decline::NoPeerAccess)
-            );
-        }
-    }
-
-    #[test]
-    fn a_table_alignment_below_16_still_needs_whole_packs() {
-        let caps = Capacities::from_fn(|collective, algo| Capacity {
-            max_bytes: defaults().of(collective, algo).max_bytes,
-            align: if (collective, algo) == (AllReduce, OneShotPull) {
-                8
-            } else {
-                16
-            },
-        });
-        let plan = BufferPlan::new(&caps, 2, false).unwrap();
-        let call = CallShape::new(AllReduce, OneShotPull, 2, 24);
-        assert_eq!(
-            decline(&call, &offer(&caps, &plan, true)),
-            Some(Decline::Misaligned)
-        );
     }
 
     #[test]

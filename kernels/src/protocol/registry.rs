@@ -3,29 +3,7 @@
 //! (capacities and buffer sizes, the decline rule, the kernel to launch, the
 //! fault names, the configuration digest of a world of processes).
 //!
-//! # Adding an algorithm
-//!
-//! Three files change, and nothing else (`scripts/check-adding-an-algorithm.sh`
-//! adds one this way in CI and builds and tests the result):
-//!
-//! 1. **The schema's table of algorithms** (`tuned_schema::Algo`, in
-//!    `policy-macros/schema/src/vocab.rs`): one line with its name, kind
-//!    (`Kernel`), the collectives it implements and its built-in capacity.
-//!    Tuned files, `policy`, the generated tables, the tuner and the plots
-//!    take it from there.
-//! 2. **One [`CustomAlgorithm`] entry in [`REGISTRY`]**: the registered region
-//!    its data crosses, how many bytes of that region a call needs, and what
-//!    its Lamport data (if any) does to results ([`SentinelRule`], which the
-//!    tuner's result checks follow).
-//! 3. **Its kernels, `kernels/cuda/<name>.cu`**, built from the primitives of
-//!    `prims.cu`, with entry points `colltune_<name>_all_reduce_<dtype>` and,
-//!    if it gathers, `colltune_<name>_all_gather`, reporting faults as
-//!    `CT_KERNEL_<NAME>`. The build picks every `.cu` file up
-//!    (`kernels/build.rs`).
-//!
-//! The name is the schema's everywhere: `one_shot_pull` is `Algo::OneShotPull`,
-//! `cuda/one_shot_pull.cu`, `colltune_one_shot_pull_all_reduce_bf16` and
-//! `CT_KERNEL_ONE_SHOT_PULL`.
+//! Adding an algorithm: ARCHITECTURE.md, "Adding an algorithm".
 //!
 //! Every algorithm launches with the rank's one launch shape
 //! ([`LaunchShape::grid`](super::launch::LaunchShape::grid)): each block keeps

@@ -93,6 +93,14 @@ pub struct Provenance {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(
+        from = "crate::named::FlatCapacity",
+        into = "crate::named::FlatCapacity"
+    )
+)]
 pub struct CapacityEntry {
     pub collective: Collective,
     pub algo: Algo,
@@ -213,6 +221,7 @@ impl Platform {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Band {
     /// Inclusive upper bound in bytes; `None` for the open last band.
     pub max: Option<u64>,

@@ -18,8 +18,9 @@
 //! every engine builds): the vocabulary ([`vocab`]: [`Algo`], [`Arch`],
 //! [`Query`], [`TableKey`], … and the rules written once on it, such as
 //! [`Arch::answered_by`], the arch fallback, and [`Query::key`] /
-//! [`TableKey::query`], a query's table and back), the document types
-//! ([`document`]) and byte sizes as people write them ([`size`]).
+//! [`TableKey::query`], a query's table and back), the rule by which a custom
+//! algorithm declines a call ([`decline`]), the document types ([`document`])
+//! and byte sizes as people write them ([`size`]).
 //!
 //! ```
 //! use tuned_schema::size::{format_size, parse_size};
@@ -33,11 +34,15 @@
 //! assert_eq!(Arch::from_compute_capability(12, 0).answered_by(files), None);
 //! ```
 
+pub mod decline;
 pub mod diagnostic;
 pub mod document;
 pub mod merge;
 pub mod size;
 pub mod vocab;
+
+#[cfg(feature = "serde")]
+mod named;
 
 #[cfg(feature = "parse")]
 pub mod folder;

@@ -34,7 +34,9 @@ use crate::vocab::{Algo, Capacity, Collective, TableKey};
 
 /// The merged document and what the merge did, for the caller to report.
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Merged {
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub document: Document,
     /// Keys of existing tables the update replaced.
     pub replaced: Vec<TableKey>,
@@ -49,6 +51,7 @@ pub struct Merged {
 
 /// A capacity the update declares differently from the file (or that the file lacked).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CapacityChange {
     pub collective: Collective,
     pub algo: Algo,

@@ -222,8 +222,7 @@ pub enum AlgoKind {
 /// vocabulary. Its enum variant, name (in TOML files, command lines, logs,
 /// kernel file and entry-point names), kind, the collectives it implements
 /// and the capacity `kernels` gives it where a platform file declares none
-/// all come from its line. Adding an algorithm adds a line here, an entry to
-/// `kernels`' registry and its `.cu` file.
+/// all come from its line. Adding an algorithm: ARCHITECTURE.md, "Adding an algorithm".
 macro_rules! algorithms {
     ($(
         $(#[$doc:meta])*
@@ -388,14 +387,10 @@ impl Algo {
 
 /// The capacity `kernels` assumes for an algorithm on a platform whose file
 /// does not declare one (or that has no file at all): the capacity of its
-/// line in [`Algo`]'s table (all-reduce: `nccl_symmetric` 64 MiB,
-/// `one_shot_push` 8 MiB, `one_shot_pull` 16 MiB, `two_shot_pull` 64 MiB,
-/// `two_shot_push` 8 MiB; all-gather: `nccl_symmetric` 64 MiB, `one_shot_push`
-/// 8 MiB, `one_shot_pull` 16 MiB), aligned to 16 bytes (the
-/// kernels move 16-byte vectors). A library's collective takes any size
-/// (`max_bytes = u64::MAX`, `align = 1`); an algorithm that does not implement
-/// the collective takes nothing (`max_bytes = 0`), so `accepts` is false for
-/// every size.
+/// line in [`Algo`]'s table, aligned to [`DEFAULT_ALIGN`]. A library's
+/// collective takes any size (`max_bytes = u64::MAX`, `align = 1`); an
+/// algorithm that does not implement the collective takes nothing
+/// (`max_bytes = 0`), so `accepts` is false for every size.
 pub const fn default_capacity(collective: Collective, algo: Algo) -> Capacity {
     if !algo.implements(collective) {
         return Capacity {
@@ -415,13 +410,17 @@ pub const fn default_capacity(collective: Collective, algo: Algo) -> Capacity {
     }
 }
 
-/// Alignment of every custom kernel unless a platform file says otherwise: the
-/// kernels move 16-byte vectors.
-pub const DEFAULT_ALIGN: u64 = 16;
+/// The bytes every custom kernel moves per rank at a time (a 16-byte vector).
+pub const PACK_BYTES: u64 = 16;
+
+/// Alignment of every custom algorithm unless a platform file says otherwise:
+/// whole packs.
+pub const DEFAULT_ALIGN: u64 = PACK_BYTES;
 
 /// How large a message a custom algorithm takes on a platform, and the size
 /// granularity it needs. Sizes outside this are declined and run on NCCL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Capacity {
     /// Largest message, in bytes of the collective's output.
     pub max_bytes: u64,
@@ -503,6 +502,7 @@ impl Capacity {
 /// );
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Query {
     /// The table that answers this query within its platform's file.
     pub key: TableKey,

@@ -26,8 +26,13 @@ pub struct LatencyModel {
     pub alpha_us: f64,
     /// Bytes moved per µs once the call is under way.
     pub bytes_per_us: f64,
-    /// Extra µs per call for messages above a size (a cache or buffer spilling).
+    /// Extra µs per call for messages above a size (a cache or buffer
+    /// spilling, a protocol switch).
     pub step: Option<(u64, f64)>,
+    /// Bandwidth that saturates: `bytes / (bytes_per_us · (1 − e^(−bytes /
+    /// knee)))` instead of `bytes / bytes_per_us` (a pipeline that needs a
+    /// few chunks in flight before it runs at full speed).
+    pub knee_bytes: Option<f64>,
 }
 
 impl LatencyModel {
@@ -36,7 +41,11 @@ impl LatencyModel {
             Some((above, extra)) if bytes > above => extra,
             _ => 0.0,
         };
-        self.alpha_us + bytes as f64 / self.bytes_per_us + step
+        let b = bytes as f64;
+        let saturation = self
+            .knee_bytes
+            .map_or(1.0, |knee| (1.0 - (-b / knee).exp()).max(f64::MIN_POSITIVE));
+        self.alpha_us + b / (self.bytes_per_us * saturation) + step
     }
 }
 
@@ -63,6 +72,7 @@ pub fn planted_lines(
                 alpha_us,
                 bytes_per_us,
                 step: None,
+                knee_bytes: None,
             },
         ));
     }
@@ -215,10 +225,59 @@ impl SyntheticConfig {
             alpha_us: 10.0,
             bytes_per_us: 50_000.0,
             step: None,
+            knee_bytes: None,
         };
         let mut config = SyntheticConfig::nominal(noise_cv, seed);
         for model in config.models.values_mut() {
             *model = same;
+        }
+        config
+    }
+
+    /// [`SyntheticConfig::planted`] with the shapes a plain latency and
+    /// bandwidth line lacks, drawn per key from the seed: a latency jump in
+    /// a middle band's custom algorithm (a buffer switch), NCCL's bandwidth
+    /// saturating (`knee_bytes`: NCCL's curve bends, so it can win a middle
+    /// range and lose the next to the kernel before it, A, B, A)
+    /// with a jump at a protocol switch (below 128 KiB: a jump of NCCL's
+    /// nearer its crossovers can hand a range narrower than the grid's step
+    /// to another algorithm and back, which no sweep of the grid sees), or
+    /// both; and two-shot's all-reduce
+    /// capacity at 5 MiB, just above the nominal 4 MiB crossover to NCCL, so
+    /// that some keys cross just below it and others are cut by it.
+    pub fn shaped(noise_cv: f64, seed: u64) -> SyntheticConfig {
+        let mut config = SyntheticConfig::planted(noise_cv, seed);
+        for entry in &mut config.capacities {
+            if entry.collective == Collective::AllReduce && entry.algo == Algo::TwoShotPull {
+                entry.capacity.max_bytes = 5 * MIB;
+            }
+        }
+        let mut shapes = ChaCha8Rng::seed_from_u64(seed ^ 0x5851_f42d_4c95_7f2d);
+        let keys: Vec<TableKey> = config.key_models.keys().copied().collect();
+        for key in keys {
+            let (_, steps) = config.planted_steps(key);
+            let models = config.key_models.get_mut(&key).expect("listed above");
+            let kind = shapes.random_range(0..4u32);
+            if kind & 1 == 1 {
+                // A buffer switch: a latency jump of 2–10 % in a middle
+                // band's algorithm, which moves its crossovers (a jump too
+                // large for the bisection's resolution would cost regret
+                // inside its last bracket whatever the fit does).
+                let i = shapes.random_range(1..steps.len());
+                let jumper = models.get_mut(&steps[i - 1].0).expect("planted");
+                let at = steps[i - 1].1 * shapes.random_range(0.3f64..1.5).exp2();
+                let extra = jumper.time_us(at as u64) * shapes.random_range(0.02..0.1);
+                jumper.step = Some((at as u64, extra));
+            }
+            if kind & 2 == 2 {
+                // NCCL pipelines: a knee, and a jump where its protocol switches.
+                let nccl = models.get_mut(&Algo::Nccl).expect("planted");
+                let knee = (shapes.random_range(64.0f64..1024.0) * 1024.0).round();
+                nccl.knee_bytes = Some(knee);
+                nccl.bytes_per_us *= shapes.random_range(1.2..2.5);
+                let at = (shapes.random_range(16.0f64..128.0) * 1024.0) as u64;
+                nccl.step = Some((at, nccl.alpha_us * shapes.random_range(0.05..0.3)));
+            }
         }
         config
     }
@@ -255,6 +314,7 @@ fn nominal_start() -> LatencyModel {
         alpha_us: 3.0,
         bytes_per_us: 4000.0,
         step: None,
+        knee_bytes: None,
     }
 }
 

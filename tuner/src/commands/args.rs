@@ -68,14 +68,11 @@ fn open_gpu(_loopback: bool, _verify_max_bytes: u64) -> Result<Box<dyn Backend>,
 /// The band rules' knobs.
 #[derive(clap::Args, Clone, Debug)]
 pub struct FitArgs {
-    /// A challenger must be faster than the neighbouring band's algorithm by
-    /// more than this many percent to start a band
-    #[arg(long, default_value_t = 4.0, value_name = "PCT")]
+    /// Two medians within this many percent of each other are a tie, which
+    /// the band below keeps; a sweep measures more wherever the interval of
+    /// the fastest candidate's ratio to another holds the margin
+    #[arg(long, default_value_t = crate::fit::DEFAULT_MARGIN * 100.0, value_name = "PCT")]
     pub margin_pct: f64,
-    /// Significance level of the one-sided Mann-Whitney test behind every
-    /// crossover
-    #[arg(long, default_value_t = 0.01)]
-    pub alpha: f64,
     /// Ignore points with fewer samples than this (at least 1)
     #[arg(long, default_value_t = 5)]
     pub min_samples: usize,
@@ -89,18 +86,11 @@ impl FitArgs {
                 self.margin_pct
             )));
         }
-        if !(self.alpha > 0.0 && self.alpha < 1.0) {
-            return Err(Error::Usage(format!(
-                "--alpha {} must be in (0, 1)",
-                self.alpha
-            )));
-        }
         if self.min_samples == 0 {
             return Err(Error::Usage("--min-samples must be at least 1".to_string()));
         }
         Ok(FitSettings {
             margin: self.margin_pct / 100.0,
-            alpha: self.alpha,
             min_samples: self.min_samples,
         })
     }

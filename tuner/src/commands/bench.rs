@@ -13,15 +13,14 @@
 
 #![cfg_attr(not(feature = "gpu"), allow(dead_code))]
 
-use std::fmt::Write as _;
 use std::io::Write;
 
 use policy::{Algo, Collective, DType, Mode};
+use serde::Serialize;
 use tuned_schema::size::{format_size, parse_size};
 
 use super::args::{algo, bytes, collective, dtype, mode};
 use super::{Error, Exit};
-use crate::stats::{algbw_gbps, busbw_gbps};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
@@ -89,22 +88,6 @@ pub struct BenchArgs {
     /// instead of the table
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
-    /// Inject a fault (to test recovery): for ALGO@SIZE (e.g.
-    /// one_shot_push@64KiB) the last rank never issues its call, so the
-    /// others time out and the world breaks; that configuration is reported
-    /// failed, and the bench builds a new world and goes on.
-    #[arg(long, value_name = "ALGO@SIZE")]
-    inject_stall: Option<String>,
-}
-
-/// `ALGO@SIZE` of `--inject-stall`.
-fn parse_stall(text: &str) -> Result<(Algo, u64), String> {
-    let (algo, size) = text
-        .split_once('@')
-        .ok_or_else(|| format!("--inject-stall {text:?}: expected ALGO@SIZE"))?;
-    let algo = Algo::from_name(algo)
-        .ok_or_else(|| format!("--inject-stall {text:?}: unknown algorithm {algo:?}"))?;
-    Ok((algo, parse_size(size)?))
 }
 
 /// `--collective`: one collective or both.
@@ -123,12 +106,12 @@ fn collectives(text: &str) -> Result<Collectives, String> {
 /// What the arguments ask for, checked before any GPU is looked for.
 struct Plan {
     sizes: Vec<u64>,
-    /// `--inject-stall`: the configuration whose last rank stalls.
+    /// The configuration whose last rank stalls ([`bench_with_stall`]).
     stall: Option<(Algo, u64)>,
 }
 
 impl BenchArgs {
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self, stall: Option<(Algo, u64)>) -> Result<Plan, String> {
         let sizes = parse_sizes(&self.sizes, self.step).map_err(|e| format!("--sizes: {e}"))?;
         if sizes.is_empty() {
             return Err(format!("--sizes {} names no size", self.sizes));
@@ -150,31 +133,119 @@ impl BenchArgs {
                 return Err("no algorithm of --algos implements the --collective chosen".into());
             }
         }
-        let stall = self.inject_stall.as_deref().map(parse_stall).transpose()?;
         Ok(Plan { sizes, stall })
     }
 }
 
-/// One row of the report.
+/// One row of the report: a configuration and what came of it. Its console
+/// line, its CSV line and its JSON object (`Serialize`) all come from it.
+#[derive(Clone, Serialize)]
 struct Row {
     collective: Collective,
     dtype: DType,
     mode: Mode,
     bytes: u64,
     algo: Algo,
+    #[serde(flatten)]
     outcome: Outcome,
 }
 
+#[derive(Clone, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
 enum Outcome {
-    Timed {
-        median: f64,
-        p10: f64,
-        p90: f64,
-        verified: bool,
+    #[serde(rename = "ok")]
+    Timed(Timing),
+    Declined {
+        reason: String,
     },
-    Declined(String),
-    Failed(String),
+    Failed {
+        error: String,
+    },
 }
+
+/// A timed configuration: µs per call, bandwidths, and how it compares.
+#[derive(Clone, Serialize)]
+struct Timing {
+    median_us: f64,
+    p10_us: f64,
+    p90_us: f64,
+    algbw_gbps: f64,
+    busbw_gbps: f64,
+    /// Checked against the host reference before timing.
+    verified: bool,
+    /// The faster of NCCL's two variants (plain and on a symmetric window),
+    /// then plain NCCL alone, over this row's median: `None` without them.
+    vs_nccl: Option<f64>,
+    vs_plain_nccl: Option<f64>,
+}
+
+impl Row {
+    fn failed(&self) -> bool {
+        matches!(self.outcome, Outcome::Failed { .. })
+    }
+
+    /// The console line.
+    fn line(&self) -> String {
+        let head = format!(
+            "{:<10} {:<4} {:<5} {:>8} {:<14}",
+            self.collective.name(),
+            self.dtype.name(),
+            self.mode.name(),
+            format_size(self.bytes),
+            self.algo.name()
+        );
+        match &self.outcome {
+            Outcome::Timed(t) => {
+                let ratio = |r: Option<f64>| r.map_or_else(|| "-".into(), |r| format!("{r:.2}x"));
+                format!(
+                    "{head} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>8} {:>8}",
+                    t.median_us,
+                    t.p10_us,
+                    t.p90_us,
+                    t.busbw_gbps,
+                    ratio(t.vs_nccl),
+                    ratio(t.vs_plain_nccl)
+                )
+            }
+            Outcome::Declined { reason } => format!("{head} declined: {reason}"),
+            Outcome::Failed { error } => format!("{head} FAILED: {error}"),
+        }
+    }
+
+    /// The CSV line ([`CSV_HEADER`]'s columns) in a world of `world` ranks
+    /// of `kind` (`loopback` or `devices`).
+    fn csv_line(&self, world: usize, kind: &str) -> String {
+        let prefix = format!(
+            "{},{},{},{world},{kind},{},{}",
+            self.collective.name(),
+            self.dtype.name(),
+            self.mode.name(),
+            self.bytes,
+            self.algo.name()
+        );
+        match &self.outcome {
+            Outcome::Timed(t) => {
+                let ratio = |r: Option<f64>| r.map(|r| format!("{r:.3}")).unwrap_or_default();
+                format!(
+                    "{prefix},ok,{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{}",
+                    t.median_us,
+                    t.p10_us,
+                    t.p90_us,
+                    t.algbw_gbps,
+                    t.busbw_gbps,
+                    t.verified,
+                    ratio(t.vs_nccl),
+                    ratio(t.vs_plain_nccl)
+                )
+            }
+            Outcome::Declined { .. } => format!("{prefix},declined,,,,,,,,"),
+            Outcome::Failed { .. } => format!("{prefix},failed,,,,,,,,"),
+        }
+    }
+}
+
+/// The CSV's columns: those of the files under `kernels/bench/`.
+const CSV_HEADER: &str = "collective,dtype,mode,world,world_kind,bytes,algo,status,median_us,p10_us,p90_us,algbw_gbps,busbw_gbps,verified,vs_nccl,vs_plain_nccl";
 
 /// A list like `16,4KiB,1MiB` or a range `16B..256MiB` of sizes `step` apart
 /// (a factor); each size is spelled as in `tuned/*.toml`.
@@ -206,7 +277,28 @@ fn default_calls(bytes: u64) -> u32 {
 /// Times every configuration the arguments describe and prints one row each;
 /// fails (after writing the CSV and JSON) if any configuration failed.
 pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<Exit, Error> {
-    let plan = args.plan().map_err(Error::Usage)?;
+    bench_with(args, None, out)
+}
+
+/// [`bench()`] with a fault injected, to test recovery (the command line cannot
+/// ask for it): for `stall` (an algorithm and a size) the last rank never
+/// issues its call, so the others time out and the world breaks; that
+/// configuration is reported failed, and the bench builds a new world and
+/// goes on.
+pub fn bench_with_stall(
+    args: &BenchArgs,
+    stall: (Algo, u64),
+    out: &mut dyn Write,
+) -> Result<Exit, Error> {
+    bench_with(args, Some(stall), out)
+}
+
+fn bench_with(
+    args: &BenchArgs,
+    stall: Option<(Algo, u64)>,
+    out: &mut dyn Write,
+) -> Result<Exit, Error> {
+    let plan = args.plan(stall).map_err(Error::Usage)?;
     gpu::run(args, &plan, out)?;
     Ok(Exit::Ok)
 }
@@ -221,70 +313,33 @@ fn write_rows(path: &std::path::Path, text: &str, out: &mut dyn Write) -> Result
     }
 }
 
-/// The median of the fastest row among `rows` of `row`'s configuration
-/// (collective, dtype, mode, size) whose algorithm `counts`.
-fn fastest_of<'a>(
-    rows: impl Iterator<Item = &'a Row>,
-    row: &Row,
-    counts: impl Fn(Algo) -> bool,
-) -> Option<f64> {
-    rows.filter(|r| {
-        counts(r.algo)
-            && (r.collective, r.dtype, r.mode, r.bytes)
-                == (row.collective, row.dtype, row.mode, row.bytes)
-    })
-    .filter_map(|r| match r.outcome {
-        Outcome::Timed { median, .. } => Some(median),
-        _ => None,
-    })
-    .min_by(f64::total_cmp)
-}
-
-/// The baselines of `row` among `rows`: the faster of NCCL's two variants
-/// (plain and on a symmetric window), and plain NCCL alone.
-fn baselines<'a>(
-    rows: impl Iterator<Item = &'a Row> + Clone,
-    row: &Row,
-) -> (Option<f64>, Option<f64>) {
-    (
-        fastest_of(rows.clone(), row, |a| !a.is_kernel()),
-        fastest_of(rows, row, |a| a == Algo::Nccl),
-    )
-}
-
-/// `baseline / median` as `1.23x`, or `-`.
-fn ratio(baseline: Option<f64>, median: f64) -> String {
-    baseline
-        .map(|b| format!("{:.2}x", b / median))
-        .unwrap_or_else(|| "-".into())
-}
-
-/// The console line of `row`; `earlier` rows (both NCCL variants of a
-/// configuration are timed before its kernels) give the baselines.
-fn row_line(row: &Row, world: usize, earlier: &[Row]) -> String {
-    let head = format!(
-        "{:<10} {:<4} {:<5} {:>8} {:<14}",
-        row.collective.name(),
-        row.dtype.name(),
-        row.mode.name(),
-        format_size(row.bytes),
-        row.algo.name()
-    );
-    match &row.outcome {
-        Outcome::Timed {
-            median, p10, p90, ..
-        } => {
-            let busbw = busbw_gbps(row.collective, world as u32, row.bytes, *median);
-            let (best, plain) = baselines(earlier.iter().chain(std::iter::once(row)), row);
-            format!(
-                "{head} {median:>10.2} {p10:>10.2} {p90:>10.2} {busbw:>10.2} {:>8} {:>8}",
-                ratio(best, *median),
-                ratio(plain, *median)
-            )
-        }
-        Outcome::Declined(reason) => format!("{head} declined: {reason}"),
-        Outcome::Failed(e) => format!("{head} FAILED: {e}"),
-    }
+/// `row` compared with the faster of NCCL's two variants (plain and on a
+/// symmetric window) and with plain NCCL among `rows` of its configuration
+/// (collective, dtype, mode, size) and itself. Both are timed before the
+/// kernels, so a kernel's console line has them; the CSV and JSON compare
+/// every row again with all rows, NCCL's own included.
+fn compare(row: &mut Row, rows: &[Row]) {
+    let Outcome::Timed(timing) = &mut row.outcome else {
+        return;
+    };
+    let median = timing.median_us;
+    let fastest = |counts: fn(Algo) -> bool| {
+        rows.iter()
+            .filter(|r| {
+                counts(r.algo)
+                    && (r.collective, r.dtype, r.mode, r.bytes)
+                        == (row.collective, row.dtype, row.mode, row.bytes)
+            })
+            .filter_map(|r| match &r.outcome {
+                Outcome::Timed(t) => Some(t.median_us),
+                _ => None,
+            })
+            .chain(counts(row.algo).then_some(median))
+            .min_by(f64::total_cmp)
+            .map(|baseline| baseline / median)
+    };
+    timing.vs_nccl = fastest(|a| !a.is_kernel());
+    timing.vs_plain_nccl = fastest(|a| a == Algo::Nccl);
 }
 
 /// The order a configuration's algorithms are timed in: NCCL's variants
@@ -294,46 +349,12 @@ fn timing_order(mut algos: Vec<Algo>) -> Vec<Algo> {
     algos
 }
 
-fn csv(rows: &[Row], world: usize, loopback: bool) -> String {
-    let mut out = String::from(
-        "collective,dtype,mode,world,world_kind,bytes,algo,status,median_us,p10_us,p90_us,algbw_gbps,busbw_gbps,verified,vs_nccl,vs_plain_nccl\n",
-    );
-    let kind = if loopback { "loopback" } else { "devices" };
-    for r in rows {
-        let prefix = format!(
-            "{},{},{},{world},{kind},{},{}",
-            r.collective.name(),
-            r.dtype.name(),
-            r.mode.name(),
-            r.bytes,
-            r.algo.name()
-        );
-        let _ = match &r.outcome {
-            Outcome::Timed {
-                median,
-                p10,
-                p90,
-                verified,
-            } => {
-                let (algbw, busbw) = (
-                    algbw_gbps(r.bytes, *median),
-                    busbw_gbps(r.collective, world as u32, r.bytes, *median),
-                );
-                let (best, plain) = baselines(rows.iter(), r);
-                let of =
-                    |b: Option<f64>| b.map(|b| format!("{:.3}", b / median)).unwrap_or_default();
-                writeln!(
-                    out,
-                    "{prefix},ok,{median:.3},{p10:.3},{p90:.3},{algbw:.3},{busbw:.3},{verified},{},{}",
-                    of(best),
-                    of(plain)
-                )
-            }
-            Outcome::Declined(_) => writeln!(out, "{prefix},declined,,,,,,,,"),
-            Outcome::Failed(_) => writeln!(out, "{prefix},failed,,,,,,,,"),
-        };
-    }
-    out
+fn csv(rows: &[Row], world: usize, kind: &str) -> String {
+    let lines = rows.iter().map(|r| r.csv_line(world, kind));
+    std::iter::once(CSV_HEADER.to_string())
+        .chain(lines)
+        .map(|line| line + "\n")
+        .collect()
 }
 
 #[cfg(not(feature = "gpu"))]
@@ -357,18 +378,16 @@ mod gpu {
     use std::io::Write;
 
     use kernels::{Error, Fallback, Options, RankComm};
-    use policy::{Algo, Collective, DType, Mode};
+    use policy::{Algo, Collective, DType, Link, Mode};
+    use serde::Serialize;
 
     use super::super::Error as CommandError;
-    use super::{
-        BenchArgs, Outcome, Plan, Row, algbw_gbps, busbw_gbps, csv, default_calls, row_line,
-        write_rows,
-    };
+    use super::{BenchArgs, Outcome, Plan, Row, Timing, compare, csv, default_calls, write_rows};
     use crate::harness::timing::{
         GpuStack, TimingSpec, gpu_stack, measure, stall_last_rank, validate,
     };
     use crate::harness::world::WorldKeeper;
-    use crate::stats;
+    use crate::stats::{self, algbw_gbps, busbw_gbps};
 
     pub(super) fn run(
         cli: &BenchArgs,
@@ -418,7 +437,7 @@ mod gpu {
         let info = gpu_stack(&ctx).map_err(|e| e.to_string())?;
         let io = |e: std::io::Error| e.to_string();
         write!(table, "{}", header(&info, ranks, loopback.is_some())).map_err(io)?;
-        let json_world = json_world(ranks);
+        let described = World::of(ranks);
 
         let mut rows = Vec::new();
         for &collective in collectives {
@@ -440,24 +459,28 @@ mod gpu {
                         }
                         for &algo in &algos {
                             let stalled = plan.stall == Some((algo, bytes));
-                            let row = match keeper.ranks() {
+                            let outcome = match keeper.ranks() {
                                 Ok(ranks) => bench_one(
                                     ranks, cli, collective, dtype, mode, bytes, algo, verify_max,
                                     stalled,
                                 ),
-                                Err(e) => Row {
-                                    collective,
-                                    dtype,
-                                    mode,
-                                    bytes,
-                                    algo,
-                                    outcome: Outcome::Failed(format!("building a world: {e}")),
+                                Err(e) => Outcome::Failed {
+                                    error: format!("building a world: {e}"),
                                 },
                             };
-                            writeln!(table, "{}", row_line(&row, world, &rows)).map_err(io)?;
+                            let mut row = Row {
+                                collective,
+                                dtype,
+                                mode,
+                                bytes,
+                                algo,
+                                outcome,
+                            };
+                            compare(&mut row, &rows);
+                            writeln!(table, "{}", row.line()).map_err(io)?;
                             // One failure stays one failure: a world it broke
                             // is given up and the next row builds a new one.
-                            if matches!(row.outcome, Outcome::Failed(_)) && keeper.recover() {
+                            if row.failed() && keeper.recover() {
                                 writeln!(
                                     table,
                                     "note: that configuration broke the world; building a new one"
@@ -487,18 +510,27 @@ mod gpu {
             )
             .map_err(io)?;
         }
+        let all = rows.clone();
+        for row in &mut rows {
+            compare(row, &all);
+        }
         if let Some(path) = &cli.csv {
-            write_rows(path, &csv(&rows, world, loopback.is_some()), out)
-                .map_err(|e| e.to_string())?;
+            let kind = if loopback.is_some() {
+                "loopback"
+            } else {
+                "devices"
+            };
+            write_rows(path, &csv(&rows, world, kind), out).map_err(|e| e.to_string())?;
         }
         if let Some(path) = &cli.json {
-            write_rows(path, &json(&rows, &info, world, &json_world), out)
-                .map_err(|e| e.to_string())?;
+            let document = Document {
+                platform: &info,
+                world: described,
+                results: &rows,
+            };
+            write_rows(path, &crate::format::json(&document), out).map_err(|e| e.to_string())?;
         }
-        let failed = rows
-            .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Failed(_)))
-            .count();
+        let failed = rows.iter().filter(|r| r.failed()).count();
         if failed > 0 {
             return Err(format!("{failed} configuration(s) failed"));
         }
@@ -516,30 +548,27 @@ mod gpu {
         algo: Algo,
         verify_max: u64,
         stalled: bool,
-    ) -> Row {
-        let row = |outcome| Row {
-            collective,
-            dtype,
-            mode,
-            bytes,
-            algo,
-            outcome,
-        };
+    ) -> Outcome {
+        let failed = |error: String| Outcome::Failed { error };
         if let Some(reason) = ranks[0].would_decline(collective, algo, bytes) {
-            return row(Outcome::Declined(reason.to_string()));
+            return Outcome::Declined {
+                reason: reason.to_string(),
+            };
         }
         if stalled {
-            let outcome = match stall_last_rank(ranks, collective, dtype, algo, bytes) {
-                Err(e) => Outcome::Failed(format!("injected stall of the last rank: {e}")),
-                Ok(()) => Outcome::Failed(
-                    "injected stall of the last rank: the others did not notice (no error)".into(),
-                ),
-            };
-            return row(outcome);
+            return failed(
+                match stall_last_rank(ranks, collective, dtype, algo, bytes) {
+                    Err(e) => format!("injected stall of the last rank: {e}"),
+                    Ok(()) => {
+                        "injected stall of the last rank: the others did not notice (no error)"
+                            .into()
+                    }
+                },
+            );
         }
         let verified = bytes <= verify_max;
         if verified && let Err(e) = validate(ranks, collective, dtype, algo, bytes, bytes) {
-            return row(Outcome::Failed(e.to_string()));
+            return failed(e.to_string());
         }
         let spec = TimingSpec {
             collective,
@@ -554,15 +583,20 @@ mod gpu {
         match measure(ranks, &spec) {
             Ok(mut micros) => {
                 micros.sort_by(f64::total_cmp);
-                row(Outcome::Timed {
-                    median: stats::quantile(&micros, 0.5),
-                    p10: stats::quantile(&micros, 0.1),
-                    p90: stats::quantile(&micros, 0.9),
+                let median = stats::quantile(&micros, 0.5);
+                Outcome::Timed(Timing {
+                    median_us: median,
+                    p10_us: stats::quantile(&micros, 0.1),
+                    p90_us: stats::quantile(&micros, 0.9),
+                    algbw_gbps: algbw_gbps(bytes, median),
+                    busbw_gbps: busbw_gbps(collective, ranks.len() as u32, bytes, median),
                     verified,
+                    vs_nccl: None,
+                    vs_plain_nccl: None,
                 })
             }
-            Err(Error::Declined { reason, .. }) => row(Outcome::Declined(reason)),
-            Err(e) => row(Outcome::Failed(e.to_string())),
+            Err(Error::Declined { reason, .. }) => Outcome::Declined { reason },
+            Err(e) => failed(e.to_string()),
         }
     }
 
@@ -638,86 +672,49 @@ mod gpu {
         text
     }
 
-    /// The world's part of the JSON document (taken while the first world is
-    /// there: a rebuilt one is the same).
-    fn json_world(ranks: &[RankComm]) -> serde_json::Value {
-        let rank = &ranks[0];
-        serde_json::json!({
-            "size": ranks.len(),
-            "link": rank.link().name(),
-            "baseline": match rank.fallback_kind() {
-                Fallback::Nccl => "nccl",
-                Fallback::LoopbackReference => "loopback_reference",
-            },
-            "threads": rank.launch_shape().threads,
-            "blocks": rank.launch_shape().max_blocks,
-            "programmatic_launch": rank.programmatic_launch(),
-        })
+    /// `--json`: the platform, the world, and every row.
+    #[derive(Serialize)]
+    struct Document<'a> {
+        platform: &'a GpuStack,
+        world: World,
+        results: &'a [Row],
     }
 
-    fn json(rows: &[Row], info: &GpuStack, world: usize, world_desc: &serde_json::Value) -> String {
-        let results: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|r| {
-                let mut v = serde_json::json!({
-                    "collective": r.collective.name(),
-                    "dtype": r.dtype.name(),
-                    "mode": r.mode.name(),
-                    "bytes": r.bytes,
-                    "algo": r.algo.name(),
-                });
-                match &r.outcome {
-                    Outcome::Timed {
-                        median,
-                        p10,
-                        p90,
-                        verified,
-                    } => {
-                        let (algbw, busbw) = (
-                            algbw_gbps(r.bytes, *median),
-                            busbw_gbps(r.collective, world as u32, r.bytes, *median),
-                        );
-                        v["status"] = "ok".into();
-                        v["median_us"] = (*median).into();
-                        v["p10_us"] = (*p10).into();
-                        v["p90_us"] = (*p90).into();
-                        v["algbw_gbps"] = algbw.into();
-                        v["busbw_gbps"] = busbw.into();
-                        v["verified"] = (*verified).into();
-                    }
-                    Outcome::Declined(reason) => {
-                        v["status"] = "declined".into();
-                        v["reason"] = reason.clone().into();
-                    }
-                    Outcome::Failed(e) => {
-                        v["status"] = "failed".into();
-                        v["error"] = e.clone().into();
-                    }
-                }
-                v
-            })
-            .collect();
-        let document = serde_json::json!({
-            "platform": {
-                "gpu": info.gpu_name,
-                "arch": info.arch.name(),
-                "sm_count": info.sm_count,
-                "driver": info.driver_version,
-                "cuda": info.cuda_version,
-                "nvrtc": info.nvrtc_version,
-                "nccl": info.nccl_version,
-            },
-            "world": world_desc,
-            "results": results,
-        });
-        serde_json::to_string_pretty(&document).unwrap_or_default()
+    /// The world a bench ran on (taken while the first world is there: a
+    /// rebuilt one is the same).
+    #[derive(Serialize)]
+    struct World {
+        size: usize,
+        link: Link,
+        /// `nccl`, or `loopback_reference` where NCCL cannot run.
+        baseline: &'static str,
+        threads: u32,
+        blocks: u32,
+        programmatic_launch: bool,
+    }
+
+    impl World {
+        fn of(ranks: &[RankComm]) -> World {
+            let rank = &ranks[0];
+            World {
+                size: ranks.len(),
+                link: rank.link(),
+                baseline: match rank.fallback_kind() {
+                    Fallback::Nccl => "nccl",
+                    Fallback::LoopbackReference => "loopback_reference",
+                },
+                threads: rank.launch_shape().threads,
+                blocks: rank.launch_shape().max_blocks,
+                programmatic_launch: rank.programmatic_launch(),
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats;
+    use crate::stats::{self, algbw_gbps, busbw_gbps};
 
     #[test]
     fn sizes_parse_as_lists_and_ranges() {
@@ -738,23 +735,93 @@ mod tests {
         assert_eq!(*sizes.last().unwrap(), 1 << 63);
     }
 
+    fn row(algo: Algo, outcome: Outcome) -> Row {
+        Row {
+            collective: Collective::AllReduce,
+            dtype: DType::Bf16,
+            mode: Mode::Graph,
+            bytes: 4096,
+            algo,
+            outcome,
+        }
+    }
+
+    fn timed(median_us: f64) -> Outcome {
+        Outcome::Timed(Timing {
+            median_us,
+            p10_us: median_us * 0.9,
+            p90_us: median_us * 1.1,
+            algbw_gbps: algbw_gbps(4096, median_us),
+            busbw_gbps: busbw_gbps(Collective::AllReduce, 2, 4096, median_us),
+            verified: true,
+            vs_nccl: None,
+            vs_plain_nccl: None,
+        })
+    }
+
+    /// One row gives its console line, its CSV line and its JSON object,
+    /// compared with the NCCL variants timed before it.
     #[test]
-    fn an_injected_stall_names_an_algorithm_and_a_size() {
+    fn a_row_is_one_line_of_each_report() {
+        let mut rows: Vec<Row> = Vec::new();
+        for (algo, median) in [(Algo::Nccl, 10.0), (Algo::NcclSymmetric, 4.0)] {
+            let mut r = row(algo, timed(median));
+            compare(&mut r, &rows);
+            rows.push(r);
+        }
+        let mut push = row(Algo::OneShotPush, timed(5.0));
+        compare(&mut push, &rows);
+        assert!(push.line().ends_with("0.80x    2.00x"), "{}", push.line());
+        let csv_line = push.csv_line(2, "loopback");
+        assert!(
+            csv_line.starts_with("all_reduce,bf16,graph,2,loopback,4096,one_shot_push,ok,5.000,"),
+            "{csv_line}"
+        );
+        assert!(csv_line.ends_with(",true,0.800,2.000"), "{csv_line}");
+        assert_eq!(csv_line.split(',').count(), CSV_HEADER.split(',').count());
+        let json = serde_json::to_value(&push).unwrap();
+        assert_eq!(json["status"], "ok");
+        assert_eq!(json["algo"], "one_shot_push");
+        assert_eq!(json["median_us"], 5.0);
+        assert_eq!(json["vs_plain_nccl"], 2.0);
+        // NCCL's own row, timed first, is its own baseline on the console;
+        // the record compares it with the window variant timed after it.
+        assert!(
+            rows[0].line().ends_with("1.00x    1.00x"),
+            "{}",
+            rows[0].line()
+        );
+        let all = rows.clone();
+        compare(&mut rows[0], &all);
+        assert!(rows[0].csv_line(2, "loopback").ends_with(",0.400,1.000"));
+
+        let declined = row(
+            Algo::TwoShotPull,
+            Outcome::Declined {
+                reason: "too large".into(),
+            },
+        );
+        assert!(
+            declined
+                .line()
+                .ends_with("two_shot_pull  declined: too large")
+        );
+        let csv_line = declined.csv_line(2, "loopback");
+        assert!(csv_line.ends_with(",two_shot_pull,declined,,,,,,,,"));
+        assert_eq!(csv_line.split(',').count(), CSV_HEADER.split(',').count());
+        let json = serde_json::to_value(&declined).unwrap();
         assert_eq!(
-            parse_stall("one_shot_push@64KiB").unwrap(),
-            (Algo::OneShotPush, 64 << 10)
+            (&json["status"], &json["reason"]),
+            (&"declined".into(), &"too large".into())
         );
-        assert!(
-            parse_stall("one_shot_push")
-                .unwrap_err()
-                .contains("ALGO@SIZE")
+        let failed = row(
+            Algo::OneShotPull,
+            Outcome::Failed {
+                error: "timed out".into(),
+            },
         );
-        assert!(
-            parse_stall("ring@4KiB")
-                .unwrap_err()
-                .contains("unknown algorithm")
-        );
-        assert!(parse_stall("nccl@4XB").is_err());
+        assert!(failed.failed() && failed.line().ends_with("FAILED: timed out"));
+        assert_eq!(serde_json::to_value(&failed).unwrap()["error"], "timed out");
     }
 
     #[test]

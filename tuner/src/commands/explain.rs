@@ -7,7 +7,7 @@ use policy::{Arch, Collective, DType, Link, Mode, Query};
 
 use super::args::{arch, bytes, collective, dtype, link, mode};
 use super::{Error, Exit};
-use crate::explain::Explanation;
+use crate::explain::{Explanation, Forced};
 use crate::tables::TableSet;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -60,9 +60,10 @@ pub fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     // Engines honour COLLTUNE_ALGO; an invalid value stops them at start-up.
     let forced = match std::env::var(policy::OVERRIDE_ENV) {
         Ok(value) => match policy::Policy::from_spec(&value) {
-            Ok(policy) => policy
-                .forced(query.key.collective)
-                .map(|algo| (value.clone(), algo)),
+            Ok(policy) => policy.forced(query.key.collective).map(|algo| Forced {
+                value: value.clone(),
+                algo,
+            }),
             Err(e) => {
                 return Err(Error::Input(format!(
                     "{}={value} is set but invalid, so engines would not start: {e}",
@@ -74,7 +75,7 @@ pub fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     };
     let explanation = Explanation::new(&tables, query, forced);
     if args.json {
-        let text = serde_json::to_string_pretty(&explanation.to_json()).unwrap_or_default();
+        let text = serde_json::to_string_pretty(&explanation).unwrap_or_default();
         writeln!(out, "{text}")?;
     } else {
         write!(out, "{}", explanation.render())?;

@@ -14,7 +14,7 @@ mod sweep;
 mod verify;
 
 pub use args::{BackendArgs, FitArgs, KeyArgs};
-pub use bench::{BenchArgs, bench};
+pub use bench::{BenchArgs, bench, bench_with_stall};
 pub use explain::{ExplainArgs, explain};
 pub use fit::{FitCommandArgs, fit};
 pub use plot::{PlotArgs, plot};

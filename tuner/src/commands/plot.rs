@@ -9,7 +9,7 @@ use super::{Error, Exit, diagnostics};
 use crate::evidence::Evidence;
 use crate::fit::fit;
 use crate::plot::{INDEX, plot_evidence};
-use crate::write::file_stem;
+use crate::tuned_file::file_stem;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct PlotArgs {

@@ -6,16 +6,16 @@ use std::path::{Path, PathBuf};
 use super::args::{BackendArgs, FitArgs, KeyArgs};
 use super::{Error, Exit, write_file};
 use crate::backend::Repetitions;
-use crate::commands::fit::{WriteFailure, dropped_keys, fit_and_write};
 use crate::evidence::Evidence;
 use crate::fit::fit;
 use crate::format;
 use crate::observe::RunStatus;
 use crate::progress::{Progress, install_ctrl_c};
 use crate::sweep::{SweepSettings, plan, sweep as run_sweep};
-use crate::write::{
-    check_folder, check_test_destination, evidence_file_name, file_stem, toml_file_name,
+use crate::tuned_file::{
+    FitReport, WriteFailure, evidence_file_name, file_stem, toml_file_name, write_fitted,
 };
+use crate::tuned_folder::{check_folder, check_test_destination};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct SweepArgs {
@@ -37,12 +37,10 @@ pub struct SweepArgs {
     /// Untimed calls before the samples of each point
     #[arg(long, default_value_t = 5)]
     pub warmup: u32,
-    /// At each size, the fastest candidate and every one that is neither
-    /// significantly slower nor shown to be within ±this many percent of it
-    /// get more rounds, interleaved…
-    #[arg(long, default_value_t = 3.0, value_name = "PCT")]
-    pub remeasure_pct: f64,
-    /// …at most this many at a grid point…
+    /// At each size, the fastest candidate and every other get more rounds,
+    /// interleaved, while the interval of their ratio holds the margin
+    /// (--margin-pct)…
+    /// at most this many at a grid point…
     #[arg(long, default_value_t = crate::sweep::DEFAULT_REMEASURE_ROUNDS)]
     pub remeasure_rounds: u32,
     /// …and at most this many at a probe between grid points
@@ -83,10 +81,9 @@ impl SweepArgs {
                 samples: self.samples,
                 warmup: self.warmup,
             },
-            remeasure_threshold: self.remeasure_pct / 100.0,
+            margin: self.fit.margin_pct / 100.0,
             max_remeasure_rounds: self.remeasure_rounds,
             max_probe_rounds: self.probe_rounds,
-            alpha: self.fit.alpha,
             ..defaults
         }
     }
@@ -214,17 +211,18 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     }
     let evidence_path = out_dir.join(evidence_file_name(arch, link));
     let result = fit(&evidence, &fit_settings);
-    for line in dropped_keys(&result) {
-        writeln!(out, "warning: {line}")?;
+    for dropped in &result.skipped {
+        writeln!(out, "warning: {}", dropped.warning())?;
     }
-    let written = match fit_and_write(&evidence, &result, &evidence_path, &toml_path, true) {
+    let written = match write_fitted(&evidence, &result, &evidence_path, &toml_path, true) {
         Ok(written) => written,
         Err(failure) => return Err(unwritten(failure, &evidence, &out_dir, &toml_path, &took)),
     };
-    write!(out, "{}", written.report)?;
-    for failed in evidence.failed_checks() {
-        writeln!(out, "{}", failed.warning())?;
-    }
+    write!(
+        out,
+        "{}",
+        FitReport::new(&evidence, &result, &toml_path, &written).render()
+    )?;
     writeln!(
         out,
         "wrote {} and {} ({measured} points, measured in {took})",
@@ -319,7 +317,7 @@ fn unwritten(
         Some(path) => Ok(path),
         None => keep_evidence(evidence, out_dir, "unwritten"),
     };
-    let message = failure.error.to_string();
+    let message = failure.error;
     match kept {
         Ok(path) => Error::Failed(format!(
             "{message}\nthe measurements (taken in {took}) are kept in {}; once the problem is fixed, `tuner fit {} -o {}` writes the tables",

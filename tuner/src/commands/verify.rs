@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::args::{BackendArgs, KeyArgs};
 use super::{Error, Exit, diagnostics};
 use crate::backend::Repetitions;
-use crate::measure::Effort;
+use crate::candidates::Effort;
 use crate::progress::{Progress, install_ctrl_c};
 use crate::verify::{Verdict, VerifySettings, verify as run_verify};
 
@@ -39,9 +39,10 @@ pub struct VerifyArgs {
     /// same way
     #[arg(long, default_value_t = 5.0, value_name = "PCT")]
     pub max_worst_regret_pct: f64,
-    /// Significance level of the tests that find, at each size, the fastest
-    /// candidate other than the file's choice (its rival), in (0, 1)
-    #[arg(long, default_value_t = 0.01)]
+    /// One minus the coverage of every interval verify uses (each size's
+    /// regret, and the rounds that find the fastest candidate other than the
+    /// file's choice, its rival), in (0, 1)
+    #[arg(long, default_value_t = 1.0 - crate::verify::CONFIDENCE)]
     pub alpha: f64,
     /// Print the report as JSON (regrets and noise as fractions, times in
     /// µs, sizes in bytes) instead of text
@@ -119,7 +120,7 @@ pub fn verify(args: &VerifyArgs, out: &mut dyn Write) -> Result<Exit, Error> {
                 samples: args.samples,
                 warmup: args.warmup,
             },
-            alpha: args.alpha,
+            confidence: 1.0 - args.alpha,
             ..defaults.effort
         },
         max_rounds: args.rounds,

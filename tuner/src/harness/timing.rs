@@ -9,11 +9,9 @@
 //!
 //! Samples run back to back on each stream, an event between consecutive ones,
 //! after one host barrier and one untimed round: the ranks then run in the
-//! lockstep their collectives impose, as in an engine's forward pass. (A host
-//! barrier before every sample would add the threads' wake-up skew, several
-//! µs, to every sample: with one call per sample that doubled the per-call time
-//! of megabyte messages and made the curves jump wherever `calls_per_sample`
-//! changed.)
+//! lockstep their collectives impose, as in an engine's forward pass. A host
+//! barrier before every sample would add the threads' wake-up skew to every
+//! sample, and the more so the fewer calls a sample holds.
 
 use std::sync::Arc;
 
@@ -379,16 +377,21 @@ fn validate_typed<T: Element>(
 
 /// What a GPU is and which software stack (driver, CUDA, NVRTC,
 /// NCCL) runs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct GpuStack {
+    #[serde(rename = "gpu")]
     pub gpu_name: String,
     pub arch: Arch,
     pub sm_count: u32,
     /// The kernel driver, e.g. "580.95.05" (from /proc/driver/nvidia/version).
+    #[serde(rename = "driver")]
     pub driver_version: String,
     /// The CUDA version the driver supports, e.g. "13.0".
+    #[serde(rename = "cuda")]
     pub cuda_version: String,
+    #[serde(rename = "nvrtc")]
     pub nvrtc_version: Option<String>,
+    #[serde(rename = "nccl")]
     pub nccl_version: Option<String>,
 }
 

@@ -145,10 +145,10 @@ pub fn check_all_reduce<T: Element>(
 
 /// Checks an all-reduce that NCCL ran across several GPUs. NCCL's ring and
 /// tree reductions store each partial sum in the output dtype, so a bf16 or
-/// f16 result is rounded up to W - 1 more times than ours (seen on 4 x H200:
-/// 2 bf16 units in the last place off our correctly rounded sum where the
-/// inputs cancel); each of those roundings may add one unit in the last place
-/// of the largest partial sum, bounded by the sum of the inputs' magnitudes.
+/// f16 result is rounded up to W - 1 more times than ours, which shows most
+/// where the inputs cancel; each of those roundings may add one unit in the
+/// last place of the largest partial sum, bounded by the sum of the inputs'
+/// magnitudes.
 pub fn check_nccl_all_reduce<T: Element>(inputs: &[Vec<T>], output: &[T]) -> Result<(), String> {
     check_all_reduce_rounded(
         inputs,

@@ -1,8 +1,11 @@
 //! Measuring one size: verify each candidate and time it once, then spend
-//! more rounds where the decision at that size is close: on the fastest
-//! candidate and every one that is neither significantly slower nor shown to
-//! be equivalent to it. Shared by `sweep` (grid points and bisection probes)
-//! and `verify` (held-out sizes).
+//! more rounds where the choice at that size is open: on the fastest
+//! candidate and every other whose ratio of medians to it has an interval
+//! that straddles the margin (more samples could still say whether the
+//! fastest wins by more than the margin, or the two tie). Every such
+//! candidate, not only the runner-up: `fit` compares the fastest with the
+//! band below, which may be any of them. Shared by `sweep` (grid points and
+//! bisection probes) and `verify` (held-out sizes).
 //!
 //! Rounds of several candidates are interleaved (one round each in turn, the
 //! order reversed every round), so a machine whose speed drifts during the
@@ -23,18 +26,16 @@ pub type Column = BTreeMap<Algo, PointEvidence>;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Effort {
     pub reps: Repetitions,
-    /// Two contenders whose medians are shown to be within this fraction of
-    /// each other (an equivalence test at `alpha`) are a tie: more samples
-    /// would not change which of them is worth choosing.
-    pub remeasure_threshold: f64,
-    /// Extra rounds a close decision may get at a grid point (or a held-out
+    /// The fit's margin: the choice between the fastest candidate and
+    /// another is open while the interval of their ratio holds `1 − margin`.
+    pub margin: f64,
+    /// Coverage of that interval.
+    pub confidence: f64,
+    /// Extra rounds an open choice may get at a grid point (or a held-out
     /// size in `verify`)…
     pub max_remeasure_rounds: u32,
     /// …and at a bisection probe, where the contenders are close by design.
     pub max_probe_rounds: u32,
-    /// Significance level of "one contender is faster" and of the equivalence
-    /// test.
-    pub alpha: f64,
 }
 
 /// Verifies `algo` at `bytes`, then times it once (`reps`). A wrong result
@@ -109,36 +110,29 @@ pub fn interleaved_round(
     Ok(())
 }
 
-/// Whether the choice between `a` and `b` is made: one is significantly
-/// faster than the other, or the two are shown to be within `tolerance`.
-pub fn decided(a: &stats::Kept, b: &stats::Kept, tolerance: f64, alpha: f64) -> bool {
-    a.faster_by_margin(b, 0.0, alpha).faster
-        || b.faster_by_margin(a, 0.0, alpha).faster
-        || a.equivalent(b, tolerance, alpha)
-}
-
-/// The candidates at a size whose choice against the fastest one is still
-/// open (see [`decided`]), with the fastest first; empty when nothing is open.
-pub fn open_contest(column: &Column, tolerance: f64, alpha: f64) -> Vec<Algo> {
-    let kept: Vec<(Algo, stats::Kept)> = column
+/// The fastest candidate at a size (by median) and every other whose choice
+/// against it is open: the interval of the fastest's median over the
+/// other's holds `1 − margin` and is wider than the margin. `None` when no
+/// choice is open.
+pub fn open_contest(column: &Column, margin: f64, confidence: f64) -> Option<Vec<Algo>> {
+    let mut by_median: Vec<(Algo, f64)> = medians(column).into_iter().collect();
+    by_median.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let (fast, _) = *by_median.first()?;
+    let open: Vec<Algo> = by_median[1..]
         .iter()
-        .filter(|(_, p)| p.usable())
-        .map(|(&algo, p)| (algo, stats::Kept::of(&p.samples_us)))
-        .collect();
-    // The lowest median, as `fastest` picks it.
-    let Some((best, best_kept)) = kept.iter().min_by(|a, b| a.1.median.total_cmp(&b.1.median))
-    else {
-        return Vec::new();
-    };
-    let open: Vec<Algo> = kept
-        .iter()
-        .filter(|(algo, k)| algo != best && !decided(best_kept, k, tolerance, alpha))
+        .filter(|(other, _)| {
+            stats::ratio(
+                &column[&fast].samples_us,
+                &column[other].samples_us,
+                confidence,
+            )
+            .is_some_and(|r| {
+                r.low <= 1.0 - margin && 1.0 - margin <= r.high && r.high - r.low > margin
+            })
+        })
         .map(|(algo, _)| *algo)
         .collect();
-    if open.is_empty() {
-        return open;
-    }
-    std::iter::once(*best).chain(open).collect()
+    (!open.is_empty()).then(|| std::iter::once(fast).chain(open).collect())
 }
 
 /// Spends up to `max_rounds` extra rounds at one size, interleaved, on the
@@ -152,21 +146,20 @@ pub fn settle(
     effort: &Effort,
 ) -> Result<u32, (Algo, BackendError)> {
     for round in 0..max_rounds {
-        let open = open_contest(column, effort.remeasure_threshold, effort.alpha);
-        if open.is_empty() {
+        let Some(open) = open_contest(column, effort.margin, effort.confidence) else {
             return Ok(round);
-        }
+        };
         interleaved_round(backend, key, column, &open, round, effort.reps)?;
     }
     Ok(max_rounds)
 }
 
-/// Median (severe outliers removed) of every usable algorithm.
+/// Median of every usable algorithm.
 pub fn medians(column: &Column) -> BTreeMap<Algo, f64> {
     column
         .iter()
         .filter(|(_, p)| p.usable())
-        .map(|(&algo, p)| (algo, stats::Kept::of(&p.samples_us).median))
+        .map(|(&algo, p)| (algo, stats::median(&p.samples_us)))
         .collect()
 }
 
@@ -203,10 +196,10 @@ mod tests {
                 samples: 25,
                 warmup: 0,
             },
-            remeasure_threshold: 0.03,
+            margin: 0.02,
+            confidence: 0.95,
             max_remeasure_rounds: 2,
             max_probe_rounds: 3,
-            alpha: 0.01,
         }
     }
 
@@ -273,7 +266,8 @@ mod tests {
     }
 
     /// Rounds go where the choice is open: a clearly slower candidate gets
-    /// none, two close ones get rounds until one is faster or they tie.
+    /// none, close ones get rounds until the interval of their ratio to the
+    /// fastest leaves the margin.
     #[test]
     fn settling_spends_rounds_only_on_open_choices() {
         let mut backend = SyntheticBackend::new(SyntheticConfig::nominal(0.15, 4));
@@ -292,7 +286,7 @@ mod tests {
         assert_eq!(samples(Algo::Nccl), 25, "NCCL is clearly out");
         assert!(samples(Algo::OneShotPull) > 25);
         assert!(samples(Algo::OneShotPush) > 25);
-        assert!(open_contest(&column, 0.03, 0.01).is_empty() || rounds == 12);
+        assert!(open_contest(&column, 0.02, 0.95).is_none() || rounds == 12);
         assert_eq!(fastest(&column), Some(Algo::OneShotPull));
     }
 }
