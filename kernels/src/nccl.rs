@@ -1154,12 +1154,21 @@ mod tests {
             matches!(joined, Err(Error::Timeout { rank: 0, .. })),
             "{joined:?}"
         );
-        assert!(took < bound + ABORT_BOUND, "{took:?}");
+        // NCCL's abort of a communicator still joining may itself wait (for
+        // its bootstrap): past ABORT_BOUND the helper is left behind, which
+        // is the bound this checks, not NCCL's speed.
+        assert!(
+            took < bound + ABORT_BOUND + Duration::from_secs(1),
+            "{took:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
         stop.store(true, Ordering::SeqCst);
         let (live, refused) = poller.join().expect("the poller");
         assert!(live > 0 && refused > 0, "live {live}, refused {refused}");
-        assert_eq!(comm.end(false), Ended::Aborted);
+        assert!(
+            matches!(comm.end(false), Ended::Aborted | Ended::Abandoned),
+            "a second end of an aborted communicator touches nothing"
+        );
         eprintln!("   joined: {joined:?} after {took:?}; {live} polls live, {refused} refused");
     }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
 use gpu_common::{device_count, fill_bytes, gpu, skipped};
 use half::bf16;
 use kernels::{Error, Options, RankComm, Select, World};
@@ -271,10 +271,14 @@ fn a_rank_dropped_with_work_it_cannot_end_keeps_what_that_work_uses() {
     };
     let mut ranks = loopback(&ctx, 2, options);
     let side = engine_stream(&ctx);
-    let gate = side.alloc_zeros::<u32>(1).expect("a gate word");
-    side.synchronize().expect("the gate is zero");
-    let gate_ptr = {
-        let (ptr, _sync) = gate.device_ptr(&side);
+    // The gate is plain device memory (cuMemAlloc): stream memory operations
+    // refuse stream-ordered allocations like cudarc's.
+    ctx.bind_to_thread().expect("GPU 0's context");
+    // SAFETY: 4 bytes of device memory, zeroed before any stream waits on
+    // them, freed at the end of the test once every stream has drained.
+    let gate_ptr = unsafe {
+        let ptr = cudarc::driver::result::malloc_sync(4).expect("a gate word");
+        cudarc::driver::result::memset_d8_sync(ptr, 0, 4).expect("the gate is zero");
         ptr
     };
     let n = 8 * 1024;
@@ -339,8 +343,9 @@ fn a_rank_dropped_with_work_it_cannot_end_keeps_what_that_work_uses() {
         "the kernel of a rank dropped after a fault computed instead of marking its output"
     );
     drop(outs);
-    drop(gate);
     side.synchronize().expect("the test's stream");
+    // SAFETY: every stream that waited on or wrote the gate has drained.
+    unsafe { cudarc::driver::result::free_sync(gate_ptr) }.expect("freeing the gate");
 }
 
 /// Item 5 on one GPU: rank 1 stops calling after one healthy call; rank 0
