@@ -59,20 +59,18 @@ __device__ __forceinline__ void one_shot_pull(const CollArgs& a) {
         use_step(s, v, [&](u64 i, const Pack& p) { st_pack((char*)staged(a.rank, i), p); });
     }
 
-    // 2. Barrier (block 0: with the call handshake).
+    // 2. Barrier, with the call handshake.
     if (!block_has_work<W>(a, packs)) return;
-    if (!block_barrier<W>(a, state.seq + 1u, CT_KERNEL_ONE_SHOT_PULL, CT_PHASE_BARRIER_1, blockIdx.x == 0,
-                          state.calls)) {
+    if (!block_barrier<W>(a, state.seq + 1u, CT_KERNEL_ONE_SHOT_PULL, CT_PHASE_BARRIER_1, true, state.calls)) {
         mark_failed(a, one_shot_outputs(a, !REDUCE), first, stride);
         return;
     }
-    // 3. Read every rank's half (the other blocks check the peers' calls
-    //    before they use it).
-    auto own = [&](u64 i) { return ld_pack_sys(staged(a.rank, i)); };
-    auto store = [&](u64 i, const Pack (&r)[World<W>::SLOTS]) { store_result<W, E, REDUCE>(a, i, r); };
-    const bool ok = receive_steps<W, UNROLL, false>(a, first, stride, packs, CT_KERNEL_ONE_SHOT_PULL,
-                                                    PeerCheck{blockIdx.x != 0, state.calls}, true, own, staged, store);
-    if (!ok) mark_failed(a, one_shot_outputs(a, !REDUCE), first, stride);
+    // 3. Read every rank's half.
+    for (u64 base = first; base < packs; base += stride * UNROLL)
+        receive_step<W, UNROLL, false>(
+            a, Step{base, stride, packs}, CT_KERNEL_ONE_SHOT_PULL, nullptr,
+            [&](u64 i) { return ld_pack_sys(staged(a.rank, i)); }, staged,
+            [&](u64 i, const Pack (&r)[World<W>::SLOTS]) { store_result<W, E, REDUCE>(a, i, r); });
 }
 
 CT_KERNEL colltune_one_shot_pull_all_reduce_bf16(const CollArgs a) { one_shot_pull<kWorld, Bf16, true>(a); }

@@ -54,15 +54,17 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
     // in flight while thread 0 reads the state.
     Pack v[UNROLL];
     load_step(Step{first, stride, packs}, v, input);
-    const CallState& state = begin_call(ctrl);
+    CallState& state = begin_call(ctrl);
     if (state.poisoned) {
         mark_failed(a, one_shot_outputs(a, !REDUCE), first, stride);
         return;
     }
     save_push_state(ctrl, state, a.bytes);
-    // Block 0 tells every peer what it calls before its data goes out.
-    const u32 shake = lamport_handshake_peer<W>(a);
-    if (shake != CT_NO_PEER) handshake_send(a, shake, state.calls);
+    // Block 0 tells every peer what it calls before its data goes out; every
+    // block with work checks what they call (its handshake lanes).
+    const bool has_work = block_has_work<W>(a, packs);
+    const u32 shake = lamport_handshake_peer<W>(a, has_work);
+    if (shake != CT_NO_PEER && blockIdx.x == 0u) handshake_send(a, shake, state.calls);
     // This call's push buffer and the previous call's, which step 2 re-arms,
     // worked out before the pushes (see rearm_previous).
     const u32 phase = state.push_phase;
@@ -82,17 +84,24 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
     //    (they are posted stores), so the local writes overlap the transfer.
     rearm_previous<W>(a, state, rearm, first, stride);
 
-    // 3. Receive: the same thread handles the same packs as in step 1. Block
-    //    0 checks the peers' calls before any wait for data (a peer making
-    //    another call, another size say, might never send the packs waited
-    //    for), and every thread checks them before it uses their data.
-    bool ok = shake == CT_NO_PEER ||
-              handshake_check(a, shake, state.calls, CT_KERNEL_ONE_SHOT_PUSH, handshake_peek(a, shake));
+    // 3. Receive: the same thread handles the same packs as in step 1. The
+    //    block's handshake lanes check the peers' calls before any wait for
+    //    data (a peer making another call, another size say, might never send
+    //    the packs waited for), and every thread reads their verdict before
+    //    it uses its first data.
+    bool ok = true;
+    if (shake != CT_NO_PEER) {
+        ok = handshake_check(a, shake, state.calls, CT_KERNEL_ONE_SHOT_PUSH, handshake_peek(a, shake));
+        record_verdict(state, ok);
+    }
     const char* mine = (const char*)a.push_bufs[a.rank] + buffer;
     auto slot = [&](u32 p, u64 i) { return mine + (u64)p * a.slot_bytes + i * 16u; };
-    auto store = [&](u64 i, const Pack (&r)[World<W>::SLOTS]) { store_result<W, E, REDUCE>(a, i, r); };
-    ok = receive_steps<W, UNROLL, true>(a, first, stride, packs, CT_KERNEL_ONE_SHOT_PUSH, PeerCheck{true, state.calls},
-                                        ok, input, slot, store);
+    for (u64 base = first; ok && base < packs; base += stride * UNROLL)
+        ok = receive_step<W, UNROLL, true>(a, Step{base, stride, packs}, CT_KERNEL_ONE_SHOT_PUSH,
+                                           base == first ? &state : nullptr, input, slot,
+                                           [&](u64 i, const Pack (&r)[World<W>::SLOTS]) {
+                                               store_result<W, E, REDUCE>(a, i, r);
+                                           });
     if (!ok) mark_failed(a, one_shot_outputs(a, !REDUCE), first, stride);
 }
 

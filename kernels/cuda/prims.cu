@@ -85,6 +85,11 @@ struct CallState {
     u32 push_used[3];   // bytes per slot the last call through each push buffer used
     u64 seq;            // last barrier value of the pull family
     u64 use;            // staging uses so far
+    // The block's verdict on the peers' calls (Lamport algorithms): how many
+    // peers its handshake lanes found making this call, and whether one found
+    // another call or stopped (block_verdict).
+    u32 agreed;
+    u32 failed;
 
     // push_used[buffer] without a run-time array index (which would put the
     // array in local memory).
@@ -100,7 +105,7 @@ __device__ __forceinline__ u32* block_state(u32* ctrl) {
 // Returns the block's shared copy, so that the state's fields are read from
 // shared memory where they are used instead of being held in registers for the
 // whole kernel.
-__device__ __forceinline__ const CallState& begin_call(u32* ctrl) {
+__device__ __forceinline__ CallState& begin_call(u32* ctrl) {
     __shared__ CallState s;
     if (threadIdx.x == 0) {
         const u32* state = block_state(ctrl);
@@ -116,6 +121,8 @@ __device__ __forceinline__ const CallState& begin_call(u32* ctrl) {
         s.push_used[2] = low.w[CT_STATE_PUSH_USED + 2];
         s.seq = (u64)high.w[CT_STATE_PULL_SEQ - 4] | ((u64)high.w[CT_STATE_PULL_SEQ - 3] << 32);
         s.use = (u64)high.w[CT_STATE_PULL_USE - 4] | ((u64)high.w[CT_STATE_PULL_USE - 3] << 32);
+        s.agreed = 0u;
+        s.failed = 0u;
     }
     __syncthreads();
     return s;
@@ -339,152 +346,29 @@ __device__ __forceinline__ void rearm_previous(const CollArgs& a, const CallStat
     for_peers<W>(a, [&](u32 p) { lamport_rearm(stale + (u64)p * a.slot_bytes, used_packs, first, stride); });
 }
 
-// ---------------------------------------------------------------------------
-// Call handshake: every rank makes the same call in the same slot
-// ---------------------------------------------------------------------------
-
-// Ranks must issue the same sequence of collectives (collective, algorithm,
-// dtype, size). A rank that does not would otherwise read a peer's data as if
-// it were its own call's (garbage), or wait for data that never comes (a bare
-// timeout). So block 0 of every call (block 0 always has work) tells each
-// peer what it is calling: one thread per peer stores this rank's mailbox
-// value into slot `rank` of the peer's mailbox, and checks the peer's slot of
-// its own (in the barrier algorithms barrier thread t, for peer t, inside the
-// first barrier; in the Lamport algorithms one of block 0's last `world`
-// threads, which small messages give no data, before any wait for data), so a
-// mismatch is found even when no data of the peer's call ever comes.
-//
-// And no thread uses a peer's data unchecked: where data comes from a peer
-// outside a checked barrier (every thread of the Lamport algorithms, the
-// threads of the barrier algorithms' other blocks), each warp loads the
-// peers' mailbox values from its own rank's mailbox with its first step's
-// data, one lane per peer, and votes before any of that data is used
-// (PeerVote). Data a peer forwards (a two-shot algorithm's reduced shards)
-// was checked by the thread that sent it. So a mismatched call never
-// computes from the wrong data: the threads that would mark their output
-// instead.
-//
-// A mailbox value is the call signature the host computed (protocol::
-// signature: algorithm, collective, dtype, bytes, with a bit that makes it
-// non-zero) with the low 8 bits of the call count on top (every block of a
-// rank counts every call, so all blocks agree on it). While any thread of a
-// rank runs call k, every peer has sent its value of call k - 1 at least
-// (this rank's block 0 finished call k - 1 only after seeing it) and of call
-// k + 1 at most (a peer finishes call k only after its block 0 saw this
-// rank's value of call k, and cannot finish call k + 1 before this rank sends
-// its value of it, in the next kernel). So 8 bits tell the previous, the same
-// and the next call apart: an older value has not arrived yet; a newer one
-// means the peer finished this call, which it could only do after checking
-// this rank's value of it, so the two were equal.
-
-/// No peer: this thread takes no part in the handshake.
-#define CT_NO_PEER 0xffffffffu
-
-__device__ __forceinline__ u64 mailbox_value(const CollArgs& a, u32 calls) {
-    return ((u64)(calls & 0xffu) << 56) | a.call_sig;
+// A Lamport handshake lane's verdict on its peer, for its block.
+__device__ __forceinline__ void record_verdict(CallState& s, bool agreed) {
+    if (agreed)
+        atomicAdd(&s.agreed, 1u);
+    else
+        atomicExch(&s.failed, 1u);
 }
 
-// Rank `owner`'s mailbox slot written by rank `source`.
-__device__ __forceinline__ u64* mailbox_slot(const CollArgs& a, u32 owner, u32 source) {
-    return ctrl_u64(ctrl_of(a, owner), CT_CTRL_MAILBOX) + source;
-}
-
-// The peer this thread handshakes with in a Lamport algorithm: thread
-// blockDim - world + p of block 0 takes peer p (every block has at least
-// CT_MAX_WORLD threads: protocol::launch). CT_NO_PEER for every other thread.
-template <int W>
-__device__ __forceinline__ u32 lamport_handshake_peer(const CollArgs& a) {
-    const u32 world = World<W>::size(a);
-    if (blockIdx.x != 0 || world < 2u || threadIdx.x < blockDim.x - world) return CT_NO_PEER;
-    const u32 peer = threadIdx.x - (blockDim.x - world);
-    return peer == a.rank ? CT_NO_PEER : peer;
-}
-
-__device__ __forceinline__ void handshake_send(const CollArgs& a, u32 peer, u32 calls) {
-    st_u64_relaxed_sys(mailbox_slot(a, peer, a.rank), mailbox_value(a, calls));
-}
-
-__device__ __forceinline__ u64 handshake_peek(const CollArgs& a, u32 peer) {
-    return ld_u64_relaxed_sys(mailbox_slot(a, a.rank, peer));
-}
-
-// -1: the peer's value of this call has not arrived; 0: agreed (or the peer
-// is past this call); 1: the peer made another call in this slot.
-__device__ __forceinline__ int handshake_compare(u64 seen, u64 mine) {
-    if ((seen & CT_SIG_VALID) == 0ull) return -1;
-    const int ahead = (int)(signed char)(unsigned char)((seen >> 56) - (mine >> 56));
-    if (ahead < 0) return -1;
-    if (ahead > 0) return 0;
-    return seen == mine ? 0 : 1;
-}
-
-// Reports a mismatch with `peer`; false.
-__device__ __forceinline__ bool handshake_mismatch(const CollArgs& a, u32 peer, u32 kernel, u64 seen) {
-    report_fault(a, CT_ERR_MISMATCH, kernel, CT_PHASE_HANDSHAKE, peer, a.call_sig, seen & CT_SIG_MASK);
-    return false;
-}
-
-// Waits (bounded) until `peer`'s value of this call has arrived and checks
-// it. `seen` is a first read. False once the call must stop (a mismatch,
-// reported, or Deadline::must_stop).
-__device__ __forceinline__ bool handshake_check(const CollArgs& a, u32 peer, u32 calls, u32 kernel, u64 seen) {
-    const u64 mine = mailbox_value(a, calls);
+// Waits (bounded) for the block's verdict on every peer's call: true once the
+// handshake lanes found every peer making this call, false once one found
+// another call or stopped (its lane reported why), or this rank failed. A
+// shared-memory read in the common case: the peers' values are sent before
+// their data, so the lanes have judged them by the time the data is here.
+__device__ __forceinline__ bool block_verdict(const CollArgs& a, CallState& s, u32 kernel) {
+    const volatile u32* agreed = &s.agreed;
+    const volatile u32* failed = &s.failed;
+    const u32 peers = a.world - 1u;
     Deadline deadline(a.timeout_ns);
     for (;;) {
-        const int verdict = handshake_compare(seen, mine);
-        if (verdict == 0) return true;
-        if (verdict > 0) return handshake_mismatch(a, peer, kernel, seen);
-        if (deadline.must_stop(a, kernel, CT_PHASE_HANDSHAKE, peer)) return false;
-        seen = handshake_peek(a, peer);
+        if (*failed != 0u) return false;
+        if (*agreed >= peers) return true;
+        if (deadline.must_stop(a, kernel, CT_PHASE_HANDSHAKE, a.rank)) return false;
     }
-}
-
-// The peers' calls as a warp checks them, lanes 2p and 2p + 1 for the two
-// halves of peer p's mailbox value: each lane loads one 32-bit word (started
-// with a step's data loads, so both latencies overlap), and one vote tells the
-// warp whether every peer's value is this call's. A warp collective: every
-// lane of the warp must take part, with the same `active` (PeerCheck). When
-// the vote fails (a value not arrived yet, a peer already past this call, or
-// another call) every lane checks every peer itself (peers_agree:
-// handshake_check, bounded, reports a mismatch). One register per lane,
-// whatever the world size.
-struct PeerCheck {
-    bool active;  // this step checks (the same in every lane of the warp)
-    u32 calls;    // the call count (CallState::calls)
-};
-
-struct PeerVote {
-    u32 seen;   // lane 2p + h: half h of peer p's value (lanes that are no peer's: unused)
-    bool peer;  // this lane loaded a half
-
-    __device__ __forceinline__ void load(const CollArgs& a) {
-        const u32 lane = threadIdx.x & 31u;
-        const u32 p = lane >> 1;
-        peer = p < a.world && p != a.rank;
-        if (peer) seen = ld_u32_sys((const u32*)mailbox_slot(a, a.rank, p) + (lane & 1u));
-    }
-
-    // True when every peer's value is exactly this call's (both halves of it
-    // equal this rank's: the same call count and signature). Anything else
-    // (a value not arrived yet, a peer already past this call, another call)
-    // is for peers_agree to judge.
-    __device__ __forceinline__ bool all_agree(const CollArgs& a, u32 calls) const {
-        const u64 mine = mailbox_value(a, calls);
-        const u32 half = (threadIdx.x & 1u) ? (u32)(mine >> 32) : (u32)mine;
-        return __all_sync(0xffffffffu, !peer || seen == half) != 0;
-    }
-};
-
-// Every peer's call checked by this thread, waiting (bounded) for values not
-// arrived yet: the slow path behind a failed vote. False once the call must
-// stop (a mismatch, reported, or Deadline::must_stop).
-template <int W>
-__device__ __forceinline__ bool peers_agree(const CollArgs& a, u32 calls, u32 kernel) {
-    bool ok = true;  // not an early return: see wait_ranks
-    for_peers<W>(a, [&](u32 p) {
-        if (ok) ok = handshake_check(a, p, calls, kernel, handshake_peek(a, p));
-    });
-    return ok;
 }
 
 // ---------------------------------------------------------------------------
@@ -564,43 +448,20 @@ __device__ __forceinline__ bool wait_ranks(const CollArgs& a, const Step& s, Pac
 
 // One receiving step: load every rank's pack of each unit, wait for the
 // Lamport ones (LAMPORT), and hand each unit's packs to use(i, v). With
-// check.active it also checks the peers' calls before any pack is used
-// (PeerVote, loaded with the data): then it is a warp collective, which every
-// lane of the warp must call, units or not (receive_steps). False once a wait
-// must stop or a peer made another call.
+// `verdict` (a Lamport algorithm's first step) it first reads the block's
+// verdict on the peers' calls (block_verdict). False once a wait must stop or
+// a peer made another call.
 template <int W, int UNROLL, bool LAMPORT, typename Own, typename At, typename Use>
-__device__ __forceinline__ bool receive_step(const CollArgs& a, const Step& s, u32 kernel, PeerCheck check, Own own,
-                                             At at, Use use) {
+__device__ __forceinline__ bool receive_step(const CollArgs& a, const Step& s, u32 kernel, CallState* verdict,
+                                             Own own, At at, Use use) {
     Pack v[UNROLL][World<W>::SLOTS];
-    PeerVote vote;
-    if (check.active) vote.load(a);
     load_ranks<W, UNROLL>(a, s, v, own, at);
-    const bool agreed = !check.active || vote.all_agree(a, check.calls);
     if (LAMPORT && !wait_ranks<W, UNROLL>(a, s, v, kernel, at)) return false;
-    if (!agreed && !peers_agree<W>(a, check.calls, kernel)) return false;
+    if (verdict != nullptr && !block_verdict(a, *verdict, kernel)) return false;
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
         if (s.has(u)) use(s.unit(u), v[u]);
     return true;
-}
-
-// A thread's receiving steps over its units below `count`. The first step is
-// taken by every thread of the warp, units or not, so that it can check the
-// peers' calls (check.active: a warp collective); the others only while the
-// thread has units and nothing failed. `ok` is the thread's verdict so far
-// (the first step runs even when it is false: the warp's vote needs every
-// lane). False once a wait must stop or a peer made another call.
-template <int W, int UNROLL, bool LAMPORT, typename Own, typename At, typename Use>
-__device__ __forceinline__ bool receive_steps(const CollArgs& a, u64 first, u64 stride, u64 count, u32 kernel,
-                                              PeerCheck check, bool ok, Own own, At at, Use use) {
-    for (u64 base = first;; base += stride * UNROLL) {
-        const bool is_first = base == first;
-        if (!is_first && !(ok && base < count)) break;
-        const bool stepped = receive_step<W, UNROLL, LAMPORT>(
-            a, Step{base, stride, count}, kernel, PeerCheck{check.active && is_first, check.calls}, own, at, use);
-        ok = ok && stepped;
-    }
-    return ok;
 }
 
 // Shards (the two-shot algorithms): a message of `packs` packs is cut into
@@ -669,6 +530,102 @@ __device__ __forceinline__ void store_shards(const CollArgs& a, const Step& st, 
 }
 
 // ---------------------------------------------------------------------------
+// Call handshake: every rank makes the same call in the same slot
+// ---------------------------------------------------------------------------
+
+// Ranks must issue the same sequence of collectives (collective, algorithm,
+// dtype, size). A rank that does not would otherwise read a peer's data as if
+// it were its own call's (garbage), or wait for data that never comes (a bare
+// timeout). So block 0 of every call (block 0 always has work) tells each peer
+// what it is calling: one thread per peer stores this rank's mailbox value
+// into slot `rank` of the peer's mailbox. And every block with work checks
+// what each peer calls, reading the peer's slot of its own rank's mailbox
+// (local memory), before any of its threads uses a peer's data: in the
+// barrier algorithms barrier thread t, for peer t, inside the first barrier
+// (which ends with the whole block's verdict); in the Lamport algorithms one
+// of the block's last `world` threads per peer (which small messages give no
+// data), before it waits for data, recording the block's verdict in shared
+// memory, which every thread reads before it uses its first data
+// (block_verdict). So a mismatched call never computes from the wrong data:
+// the threads that would mark their output instead.
+//
+// A mailbox value is the call signature the host computed (protocol::
+// signature: algorithm, collective, dtype, bytes, with a bit that makes it
+// non-zero) with the low 8 bits of the call count on top (every block of a
+// rank counts every call, so all blocks agree on it). While any block of a
+// rank runs call k, every peer has sent its value of call k - 1 at least
+// (this rank's block 0 finished call k - 1 only after seeing it) and of call
+// k + 1 at most (a peer finishes call k only after its block 0 saw this
+// rank's value of call k, and cannot finish call k + 1 before this rank sends
+// its value of it, in the next kernel). So 8 bits tell the previous, the same
+// and the next call apart: an older value has not arrived yet; a newer one
+// means the peer finished this call, which it could only do after checking
+// this rank's value of it, so the two were equal.
+
+/// No peer: this thread takes no part in the handshake.
+#define CT_NO_PEER 0xffffffffu
+
+__device__ __forceinline__ u64 mailbox_value(const CollArgs& a, u32 calls) {
+    return ((u64)(calls & 0xffu) << 56) | a.call_sig;
+}
+
+// Rank `owner`'s mailbox slot written by rank `source`.
+__device__ __forceinline__ u64* mailbox_slot(const CollArgs& a, u32 owner, u32 source) {
+    return ctrl_u64(ctrl_of(a, owner), CT_CTRL_MAILBOX) + source;
+}
+
+// The peer this thread handshakes with in a Lamport algorithm: thread
+// blockDim - world + p of a block with work takes peer p (every block has at
+// least CT_MAX_WORLD threads: protocol::launch); block 0's also sends this
+// rank's value to it. CT_NO_PEER for every other thread.
+template <int W>
+__device__ __forceinline__ u32 lamport_handshake_peer(const CollArgs& a, bool has_work) {
+    const u32 world = World<W>::size(a);
+    if (!has_work || world < 2u || threadIdx.x < blockDim.x - world) return CT_NO_PEER;
+    const u32 peer = threadIdx.x - (blockDim.x - world);
+    return peer == a.rank ? CT_NO_PEER : peer;
+}
+
+__device__ __forceinline__ void handshake_send(const CollArgs& a, u32 peer, u32 calls) {
+    st_u64_relaxed_sys(mailbox_slot(a, peer, a.rank), mailbox_value(a, calls));
+}
+
+__device__ __forceinline__ u64 handshake_peek(const CollArgs& a, u32 peer) {
+    return ld_u64_relaxed_sys(mailbox_slot(a, a.rank, peer));
+}
+
+// -1: the peer's value of this call has not arrived; 0: agreed (or the peer
+// is past this call); 1: the peer made another call in this slot.
+__device__ __forceinline__ int handshake_compare(u64 seen, u64 mine) {
+    if ((seen & CT_SIG_VALID) == 0ull) return -1;
+    const int ahead = (int)(signed char)(unsigned char)((seen >> 56) - (mine >> 56));
+    if (ahead < 0) return -1;
+    if (ahead > 0) return 0;
+    return seen == mine ? 0 : 1;
+}
+
+// Reports a mismatch with `peer`; false.
+__device__ __forceinline__ bool handshake_mismatch(const CollArgs& a, u32 peer, u32 kernel, u64 seen) {
+    report_fault(a, CT_ERR_MISMATCH, kernel, CT_PHASE_HANDSHAKE, peer, a.call_sig, seen & CT_SIG_MASK);
+    return false;
+}
+
+// Waits (bounded) until `peer`'s value of this call has arrived and checks
+// it. `seen` is a first read. False once the call must stop (a mismatch,
+// reported, or Deadline::must_stop).
+__device__ __forceinline__ bool handshake_check(const CollArgs& a, u32 peer, u32 calls, u32 kernel, u64 seen) {
+    const u64 mine = mailbox_value(a, calls);
+    Deadline deadline(a.timeout_ns);
+    for (;;) {
+        const int verdict = handshake_compare(seen, mine);
+        if (verdict == 0) return true;
+        if (verdict > 0) return handshake_mismatch(a, peer, kernel, seen);
+        if (deadline.must_stop(a, kernel, CT_PHASE_HANDSHAKE, peer)) return false;
+        seen = handshake_peek(a, peer);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Barrier over peers
 // ---------------------------------------------------------------------------
 
@@ -692,23 +649,21 @@ __device__ __forceinline__ u64* barrier_flag(const CollArgs& a, u32 owner, u32 b
 // reset and a fast peer that already signalled a later barrier still satisfies
 // this one (flag_reached).
 //
-// `handshake` (block 0's first barrier of a call, `calls` its count): thread t
-// also sends this call's mailbox value before its flag (so the flag's release
-// publishes it) and checks the peer's while it spins, reading both with one
-// round of loads: a mismatch is seen even when the peer, making another kind
-// of call, never signals this barrier. `entry_ok` is the thread's own verdict
-// so far: a block with any thread whose call must stop does not signal (its
-// peers' waits end when they see this rank's fault). Returns false in every
-// thread of the block if the call must stop.
+// `handshake` (the first barrier of a call, `calls` the block's count): thread
+// t checks the peer's mailbox value while it spins, reading flag and mailbox
+// with one round of loads, so a mismatch is seen even when the peer, making
+// another kind of call, never signals this barrier; block 0's thread t also
+// sends this call's value before its flag (so the flag's release publishes
+// it). Returns false in every thread of the block if the call must stop.
 template <int W>
 __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 kernel, u32 phase,
-                                              bool handshake = false, u32 calls = 0u, bool entry_ok = true) {
-    if (!__syncthreads_and(entry_ok)) return false;
+                                              bool handshake = false, u32 calls = 0u) {
+    __syncthreads();
     bool ok = true;
     const u32 t = threadIdx.x;
     if (t < World<W>::size(a)) {
         const bool shake = handshake && t != a.rank;
-        if (shake) handshake_send(a, t, calls);
+        if (shake && blockIdx.x == 0u) handshake_send(a, t, calls);
         st_u64_release_sys(barrier_flag(a, t, blockIdx.x, a.rank), value);
         const u64* mine = barrier_flag(a, a.rank, blockIdx.x, t);
         const u64 sig = mailbox_value(a, calls);
@@ -733,8 +688,9 @@ __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 
         }
         if (ok) {
             (void)ld_u64_acquire_sys(mine);
-            // The peer's mailbox value was stored before its flag: after the
-            // acquire it is there (or a later one).
+            // Block 0's peer stored its mailbox value before its flag: after
+            // the acquire it is there (or a later one). Another block's flag
+            // does not publish it, so the check waits for it (bounded).
             if (!agreed) ok = handshake_check(a, t, calls, kernel, handshake_peek(a, t));
         }
     }

@@ -54,13 +54,6 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
     char* out = (char*)a.output;
     save_pull_state(ctrl, state, chunks, chunks);
 
-    // Block 0 checks the peers' calls in its first barrier; the other blocks
-    // check them on the first chunk (loaded before they read the staging,
-    // compared after): a thread that found another call marks its elements,
-    // and its block signals no later barrier.
-    PeerVote vote;
-    bool agreed = true;
-    bool ok = true;
     for (u64 c = 0; c < chunks; ++c) {
         const u64 half = ((state.use + c) & 1u) * a.staging_bytes;
         const u64 base = c * chunk_units;
@@ -71,13 +64,12 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
             *(Bits*)(my_stage + j * unit) = *(const Bits*)(in + (base + j) * unit);
 
         if (!block_has_work<0>(a, len)) continue;
-        if (!block_barrier<0>(a, state.seq + c + 1u, CT_KERNEL_REFERENCE, CT_PHASE_BARRIER_1,
-                              blockIdx.x == 0 && c == 0, state.calls, agreed)) {
-            ok = false;
+        // The first chunk carries the call handshake.
+        if (!block_barrier<0>(a, state.seq + c + 1u, CT_KERNEL_REFERENCE, CT_PHASE_BARRIER_1, c == 0,
+                              state.calls)) {
+            mark_failed_elements<Bits, REDUCE>((Bits*)out, units, chunk_units, world, first, stride);
             break;
         }
-        const bool check = blockIdx.x != 0 && c == 0;  // the same in every thread of the block
-        if (check) vote.load(a);
 
         for (u64 j = first; j < len; j += stride) {
             if (REDUCE) {
@@ -92,10 +84,8 @@ __device__ __forceinline__ void reference_collective(const CollArgs& a) {
                 }
             }
         }
-        if (check)
-            agreed = vote.all_agree(a, state.calls) || peers_agree<0>(a, state.calls, CT_KERNEL_REFERENCE);
     }
-    if (!ok || !agreed) mark_failed_elements<Bits, REDUCE>((Bits*)out, units, chunk_units, world, first, stride);
+
 }
 
 CT_KERNEL colltune_reference_all_reduce_bf16(const CollArgs a) { reference_collective<Bf16, true>(a); }

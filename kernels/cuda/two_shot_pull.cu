@@ -65,28 +65,24 @@ __device__ __forceinline__ void two_shot_pull(const CollArgs& a) {
 
     // A block with no packs has nothing to wait for (see block_has_work).
     if (!block_has_work<W>(a, sh.shard)) return;
-    // 2. Barrier 1 (block 0: with the call handshake).
-    bool ok = block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_1, blockIdx.x == 0,
-                               state.calls);
+    // 2. Barrier 1, with the call handshake.
+    bool ok = block_barrier<W>(a, state.seq + 1u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_1, true, state.calls);
     if (ok) {
-        // 3. Reduce shard `rank`; send the sum to every peer. The other
-        //    blocks check the peers' calls before they use their data, so the
-        //    sums sent on are of this call; a block in which a thread found
-        //    another call does not signal barrier 2.
+        // 3. Reduce shard `rank`; send the sum to every peer.
         const u64 mine = rank * sh.shard;
         const u64 own = packs > mine ? (packs - mine < sh.shard ? packs - mine : sh.shard) : 0u;
-        auto own_input = [&](u64 j) { return ld_io(in + (mine + j) * 16u, aligned); };
-        auto copy_of = [&](u32 p, u64 j) { return my_half + (p * sh.shard + j) * 16u; };
-        auto reduce = [&](u64 j, const Pack (&r)[World<W>::SLOTS]) {
-            const Pack sum = reduce_ranks<E, World<W>::SLOTS>(r, World<W>::size(a));
-            st_io(out + (mine + j) * 16u, sum, aligned);
-            for_peers<W>(a, [&](u32 q) { st_pack((char*)a.staging[q] + half + area + (mine + j) * 16u, sum); });
-        };
-        const bool agreed = receive_steps<W, UNROLL, false>(a, first, stride, own, CT_KERNEL_TWO_SHOT_PULL,
-                                                            PeerCheck{blockIdx.x != 0, state.calls}, true, own_input,
-                                                            copy_of, reduce);
+        for (u64 base = first; base < own; base += stride * UNROLL)
+            receive_step<W, UNROLL, false>(
+                a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PULL, nullptr,
+                [&](u64 j) { return ld_io(in + (mine + j) * 16u, aligned); },
+                [&](u32 p, u64 j) { return my_half + (p * sh.shard + j) * 16u; },
+                [&](u64 j, const Pack (&r)[World<W>::SLOTS]) {
+                    const Pack sum = reduce_ranks<E, World<W>::SLOTS>(r, World<W>::size(a));
+                    st_io(out + (mine + j) * 16u, sum, aligned);
+                    for_peers<W>(a, [&](u32 q) { st_pack((char*)a.staging[q] + half + area + (mine + j) * 16u, sum); });
+                });
         // 4. Barrier 2; 5. gather the other shards.
-        ok = block_barrier<W>(a, state.seq + 2u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_2, false, 0u, agreed);
+        ok = block_barrier<W>(a, state.seq + 2u, CT_KERNEL_TWO_SHOT_PULL, CT_PHASE_BARRIER_2);
         for (u64 base = first; ok && base < sh.shard; base += stride * UNROLL) {
             const Step st{base, stride, sh.shard};
             load_shards<W, UNROLL>(a, st, sh, v,

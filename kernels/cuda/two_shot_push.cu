@@ -45,7 +45,7 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
     // loads are in flight while thread 0 reads the state.
     Pack v[UNROLL][World<W>::SLOTS];
     load_shards<W, UNROLL>(a, Step{first, stride, sh.shard}, sh, v, input);
-    const CallState& state = begin_call(ctrl_of(a, rank));
+    CallState& state = begin_call(ctrl_of(a, rank));
     if (state.poisoned) {
         mark_failed(a, two_shot_outputs(a, sh.shard), first, stride);
         return;
@@ -65,30 +65,36 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
             lamport_push((char*)a.push_bufs[s] + my_slot + j * 16u, p);
         });
     }
-    // Block 0 tells every peer what it calls. (After its scatter stores: the
-    // threads that check a peer's call check it before they wait for data, and
-    // small messages give them none.)
-    const u32 shake = lamport_handshake_peer<W>(a);
-    if (shake != CT_NO_PEER) handshake_send(a, shake, state.calls);
+    // Block 0 tells every peer what it calls; every block with work checks
+    // what they call. (After the scatter stores: the threads that check a
+    // peer's call check it before they wait for data, and small messages give
+    // them none.)
+    const bool has_work = block_has_work<W>(a, sh.shard);
+    const u32 shake = lamport_handshake_peer<W>(a, has_work);
+    if (shake != CT_NO_PEER && blockIdx.x == 0u) handshake_send(a, shake, state.calls);
     // 2. Re-arm the previous push-family call's buffer.
     rearm_previous<W>(a, state, previous_buffer(state.push_phase), first, stride);
 
     // 3. Reduce shard `rank` as its copies land; send the sum to every peer.
     //    The peers' calls are checked before any data is used (see
     //    one_shot_push.cu), so the sums sent on are of this call.
-    bool ok = shake == CT_NO_PEER ||
-              handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
+    bool ok = true;
+    if (shake != CT_NO_PEER) {
+        ok = handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
+        record_verdict(state, ok);
+    }
     const u64 own_first = rank * sh.shard;
     const u64 own = packs > own_first ? (packs - own_first < sh.shard ? packs - own_first : sh.shard) : 0u;
-    auto own_input = [&](u64 j) { return input(rank, j); };
-    auto copy_of = [&](u32 p, u64 j) { return mine + (u64)p * a.slot_bytes + j * 16u; };
-    auto reduce = [&](u64 j, const Pack (&r)[World<W>::SLOTS]) {
-        const Pack sum = without_sentinel(reduce_ranks<E, World<W>::SLOTS>(r, World<W>::size(a)));
-        st_io(out + (own_first + j) * 16u, sum, aligned);
-        for_peers<W>(a, [&](u32 q) { lamport_push((char*)a.push_bufs[q] + my_slot + (sh.shard + j) * 16u, sum); });
-    };
-    ok = receive_steps<W, UNROLL, true>(a, first, stride, own, CT_KERNEL_TWO_SHOT_PUSH, PeerCheck{true, state.calls},
-                                        ok, own_input, copy_of, reduce);
+    for (u64 base = first; ok && base < own; base += stride * UNROLL)
+        ok = receive_step<W, UNROLL, true>(
+            a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PUSH, base == first ? &state : nullptr,
+            [&](u64 j) { return input(rank, j); },
+            [&](u32 p, u64 j) { return mine + (u64)p * a.slot_bytes + j * 16u; },
+            [&](u64 j, const Pack (&r)[World<W>::SLOTS]) {
+                const Pack sum = without_sentinel(reduce_ranks<E, World<W>::SLOTS>(r, World<W>::size(a)));
+                st_io(out + (own_first + j) * 16u, sum, aligned);
+                for_peers<W>(a, [&](u32 q) { lamport_push((char*)a.push_bufs[q] + my_slot + (sh.shard + j) * 16u, sum); });
+            });
 
     // 4. Gather every other shard as its sum lands (its sender checked the
     //    calls before it sent it).

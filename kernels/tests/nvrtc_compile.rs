@@ -84,11 +84,10 @@ fn check_build(arch: Arch, world_spec: u32) {
 
 /// Most bytes of spill stores a custom kernel of a build other than world
 /// size 2 may have (see check_build): the largest seen at the last change of
-/// the kernels, so any growth fails. Since every warp checks the peers' calls
-/// before it uses their data (prims.cu, PeerVote), a few kernels of the
-/// builds for 4, 7 and 8 ranks spill 4 to 12 bytes (one_shot_push's, most of
-/// them its all-gather); nothing else spills.
-const SPILL_TOLERANCE: u64 = 12;
+/// the kernels, so any growth fails: sm_100's one_shot_pull f32 of the
+/// 6-rank build (32 bytes); two kernels of other sm_100 builds spill 8 bytes,
+/// and nothing of sm_80 or sm_90.
+const SPILL_TOLERANCE: u64 = 32;
 
 /// Bytes of spill stores the assembler's log reports for `function` (0 when
 /// it reports none).
