@@ -14,16 +14,18 @@ pub struct ModelDir {
     pub tokenizer: Option<PathBuf>,
 }
 
-/// Weight files of other formats: a folder that has them but no safetensors
-/// holds a real model candle-tp cannot read, which seeded weights would
-/// silently stand in for.
+/// A model's weights in another format than safetensors files (or the
+/// index of shards that are missing): a folder that has them but no
+/// safetensors holds a real model candle-tp cannot read, which seeded
+/// weights would silently stand in for. A trainer's other files
+/// (`training_args.bin`, `optimizer.pt`) are not weights.
 fn other_weights(name: &str) -> bool {
-    name == "model.safetensors.index.json"
-        || name.ends_with(".bin")
-        || name.ends_with(".pt")
-        || name.ends_with(".pth")
+    name.starts_with("pytorch_model")
+        || name.starts_with("consolidated.")
+        || name.ends_with(".safetensors.index.json")
         || name.ends_with(".gguf")
-        || name.ends_with(".ckpt")
+        || name == "tf_model.h5"
+        || name == "flax_model.msgpack"
 }
 
 impl ModelDir {
@@ -88,7 +90,7 @@ impl ModelDir {
 mod tests {
     use super::*;
 
-    pub fn fresh(name: &str) -> PathBuf {
+    fn fresh(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("candle-tp-dir-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -114,13 +116,21 @@ mod tests {
         assert!(only_config.cfg.origin.ends_with("My-Llama/config.json"));
         assert!(only_config.safetensors.is_empty() && only_config.tokenizer.is_none());
 
-        // Weights of another format are refused, not replaced by seeded ones.
+        // A trainer's files are not weights.
+        std::fs::write(dir.join("training_args.bin"), b"x").unwrap();
+        assert!(ModelDir::open(&dir).unwrap().safetensors.is_empty());
+        // Weights of another format are refused, not replaced by seeded ones;
+        // so is the index of shards that are not there.
         std::fs::write(dir.join("pytorch_model.bin"), b"x").unwrap();
         let err = ModelDir::open(&dir).err().unwrap();
         assert!(
             err.contains("(pytorch_model.bin) are not in *.safetensors"),
             "{err}"
         );
+        std::fs::remove_file(dir.join("pytorch_model.bin")).unwrap();
+        std::fs::write(dir.join("model.safetensors.index.json"), b"{}").unwrap();
+        let err = ModelDir::open(&dir).err().unwrap();
+        assert!(err.contains("(model.safetensors.index.json)"), "{err}");
         std::fs::write(dir.join("model-00002.safetensors"), b"x").unwrap();
         std::fs::write(dir.join("model-00001.safetensors"), b"x").unwrap();
         std::fs::write(dir.join("tokenizer.json"), b"{}").unwrap();
