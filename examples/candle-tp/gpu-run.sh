@@ -6,10 +6,12 @@
 # (the console output) and candle-tp-logs.tar.gz (each run's CSV, JSON with
 # every step's time and tokens, and each rank's log).
 #
-#   examples/candle-tp/gpu-run.sh                       # self-check, then both models at W=1 and every W up to the GPU count (2, 4, 8)
+#   examples/candle-tp/gpu-run.sh                       # self-checks, then both built-in models at W=1 and every W up to the GPU count (2, 4, 8)
 #   MODELS=llama-3.2-1b WORLDS="1 2" examples/candle-tp/gpu-run.sh
-#   SELF_CHECK_ONLY=1 examples/candle-tp/gpu-run.sh     # seconds: the tiny model, W=1 (and W=2 if there are 2 GPUs)
-#   EXTRA="--decode 64" examples/candle-tp/gpu-run.sh   # more options for every run (candle-tp run --help)
+#   SELF_CHECK_ONLY=1 examples/candle-tp/gpu-run.sh     # seconds: the tiny model and the shipped model folder, W=1 and W=2
+#   MODELS= MODEL_DIRS="/models/Llama-3.2-3B" WORLDS="1 2" examples/candle-tp/gpu-run.sh
+#                                                       # model folders (config.json, safetensors, tokenizer.json) instead of built-in shapes
+#   EXTRA="--decode 64 --batch 8" examples/candle-tp/gpu-run.sh   # more options for every run (candle-tp run --help)
 #
 # On a machine with one GPU, W=2 runs two processes on GPU 0: NCCL refuses two
 # ranks on one GPU, so there the nccl back-end is skipped and colltune joins
@@ -92,16 +94,23 @@ run() { # name, then candle-tp arguments
   summary="$summary\n$name: exit $rc in $(( $(date +%s) - start )) s"
 }
 
+# The shipped model folder: only a config.json, of a shape no built-in model
+# has, so seeded weights (README: "Model folders").
+fixture=examples/candle-tp/models/llama3-h320-d32
 run self-check-w1 self-check --world 1
+run model-dir-w1 run --model-dir "$fixture" --world 1
 if [ "$gpus" -ge 2 ]; then
   run self-check-w2 self-check --world 2
+  run model-dir-w2-batch4 run --model-dir "$fixture" --world 2 --batch 4
 else
   # Two processes share GPU 0: colltune only, joined through files.
   run self-check-w2-shared self-check --world 2
+  run model-dir-w2-shared-batch4 run --model-dir "$fixture" --world 2 --batch 4
 fi
 
 if [ -z "${SELF_CHECK_ONLY:-}" ]; then
-  models=${MODELS:-"llama-3.2-1b llama-3.1-8b"}
+  # MODELS set but empty: no built-in model (MODEL_DIRS only).
+  models=${MODELS-"llama-3.2-1b llama-3.1-8b"}
   if [ -z "${WORLDS:-}" ]; then
     WORLDS=1
     for w in 2 4 8; do
@@ -114,13 +123,20 @@ if [ -z "${SELF_CHECK_ONLY:-}" ]; then
       run "$model-w$world" run --model "$model" --world "$world" ${EXTRA:-}
     done
   done
-  # One CSV with every run (the header once).
-  first=1
-  for f in "$out"/llama-*.csv; do
-    [ -f "$f" ] || continue
-    if [ $first -eq 1 ]; then cat "$f"; first=0; else tail -n +2 "$f"; fi
-  done > "$out/candle-tp.csv"
+  for dir in ${MODEL_DIRS:-}; do
+    for world in $WORLDS; do
+      # shellcheck disable=SC2086
+      run "$(basename "$dir")-w$world" run --model-dir "$dir" --world "$world" ${EXTRA:-}
+    done
+  done
 fi
+# One CSV with every run (the header once).
+first=1
+for f in "$out"/*.csv; do
+  [ -f "$f" ] || continue
+  if [ $first -eq 1 ]; then cat "$f"; first=0; else tail -n +2 "$f"; fi
+done > "$out/all.csv.tmp"
+mv "$out/all.csv.tmp" "$out/candle-tp.csv"
 
 [ -f "$out/candle-tp.csv" ] && cp "$out/candle-tp.csv" "$final/candle-tp.csv"
 rm -f "$exe"

@@ -1,5 +1,7 @@
-//! Model shapes: the two Llama configurations the issue names, and a tiny one
-//! for self-checks and CPU tests.
+//! Model shapes: what a Llama-architecture decoder needs to know, from a
+//! model folder's `config.json` (`hf_config`) or written in code: the two
+//! Llama configurations the benchmark started with, and a tiny one for
+//! self-checks and CPU tests.
 
 use std::fmt;
 
@@ -14,12 +16,18 @@ pub struct Llama3Scaling {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    /// The name in reports and CSV files (`llama-3.2-1b`, `llama-3.1-8b`, `tiny`).
-    pub name: &'static str,
+    /// The name in reports and CSV files (`llama-3.2-1b`, a config's
+    /// `_name_or_path`, or its folder's name).
+    pub name: String,
+    /// Where the shapes come from, in front of every message about them:
+    /// `built-in model tiny`, or the path of a `config.json`.
+    pub origin: String,
     pub hidden: usize,
     pub layers: usize,
     pub heads: usize,
     pub kv_heads: usize,
+    /// Width of one attention head (`hidden / heads` unless the config says).
+    pub head_dim: usize,
     pub intermediate: usize,
     pub vocab: usize,
     pub rope_theta: f64,
@@ -32,15 +40,22 @@ pub struct Config {
 /// The model names `--model` accepts.
 pub const MODEL_NAMES: [&str; 3] = ["llama-3.2-1b", "llama-3.1-8b", "tiny"];
 
+fn built_in(name: &str) -> (String, String) {
+    (name.to_string(), format!("built-in model {name}"))
+}
+
 impl Config {
     /// Llama-3.2-1B's shapes (its `config.json`).
     pub fn llama_3_2_1b() -> Config {
+        let (name, origin) = built_in("llama-3.2-1b");
         Config {
-            name: "llama-3.2-1b",
+            name,
+            origin,
             hidden: 2048,
             layers: 16,
             heads: 32,
             kv_heads: 8,
+            head_dim: 64,
             intermediate: 8192,
             vocab: 128256,
             rope_theta: 500000.0,
@@ -57,12 +72,15 @@ impl Config {
 
     /// Llama-3.1-8B's shapes (its `config.json`).
     pub fn llama_3_1_8b() -> Config {
+        let (name, origin) = built_in("llama-3.1-8b");
         Config {
-            name: "llama-3.1-8b",
+            name,
+            origin,
             hidden: 4096,
             layers: 32,
             heads: 32,
             kv_heads: 8,
+            head_dim: 128,
             intermediate: 14336,
             vocab: 128256,
             rope_theta: 500000.0,
@@ -80,12 +98,15 @@ impl Config {
     /// Two layers of Llama's structure, small enough for a CPU test or a
     /// first GPU call; splits over 1, 2, 4 or 8 ranks like the real ones.
     pub fn tiny() -> Config {
+        let (name, origin) = built_in("tiny");
         Config {
-            name: "tiny",
+            name,
+            origin,
             hidden: 256,
             layers: 2,
             heads: 16,
             kv_heads: 8,
+            head_dim: 16,
             intermediate: 512,
             vocab: 1024,
             rope_theta: 10000.0,
@@ -101,19 +122,16 @@ impl Config {
             "llama-3.1-8b" => Ok(Config::llama_3_1_8b()),
             "tiny" => Ok(Config::tiny()),
             other => Err(format!(
-                "unknown model `{other}` (known: {})",
+                "unknown model `{other}` (known: {}; any other Llama-architecture model: \
+                 --model-dir with its config.json)",
                 MODEL_NAMES.join(", ")
             )),
         }
     }
 
-    pub fn head_dim(&self) -> usize {
-        self.hidden / self.heads
-    }
-
     /// Parameters of the whole model (all ranks together).
     pub fn parameters(&self) -> u64 {
-        let (h, d) = (self.hidden as u64, self.head_dim() as u64);
+        let (h, d) = (self.hidden as u64, self.head_dim as u64);
         let attn = h * (self.heads as u64 * d) * 2 + h * (self.kv_heads as u64 * d) * 2;
         let mlp = 3 * h * self.intermediate as u64;
         let layer = attn + mlp + 2 * h;
@@ -122,35 +140,50 @@ impl Config {
         embed + head + h + layer * self.layers as u64
     }
 
+    /// The shapes in one short line, for the CSV (`h2048 l16 q32 kv8 d64 ff8192 v128256 tied`).
+    pub fn shape(&self) -> String {
+        format!(
+            "h{} l{} q{} kv{} d{} ff{} v{}{}",
+            self.hidden,
+            self.layers,
+            self.heads,
+            self.kv_heads,
+            self.head_dim,
+            self.intermediate,
+            self.vocab,
+            if self.tie_embeddings { " tied" } else { "" }
+        )
+    }
+
     /// Whether the Megatron split over `world` ranks exists: every rank needs
     /// whole query and key/value heads, an equal share of the MLP and of the
-    /// vocabulary.
+    /// vocabulary. The messages name `config.json`'s fields.
     pub fn check_split(&self, world: usize) -> Result<(), String> {
         if world == 0 {
             return Err("the world size must be at least 1".into());
         }
-        if !self.hidden.is_multiple_of(self.heads) || !self.head_dim().is_multiple_of(2) {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(format!(
-                "{}: hidden {} does not give an even head dimension over {} heads",
-                self.name, self.hidden, self.heads
+                "{}: head_dim = {} is odd (RoPE turns pairs of a head's dimensions)",
+                self.origin, self.head_dim
             ));
         }
         if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(format!(
-                "{}: {} query heads do not group over {} key/value heads",
-                self.name, self.heads, self.kv_heads
+                "{}: num_attention_heads = {} is not a multiple of num_key_value_heads = {}",
+                self.origin, self.heads, self.kv_heads
             ));
         }
-        for (what, n) in [
-            ("key/value heads", self.kv_heads),
-            ("query heads", self.heads),
-            ("intermediate size", self.intermediate),
-            ("vocabulary", self.vocab),
+        for (field, n) in [
+            ("num_key_value_heads", self.kv_heads),
+            ("num_attention_heads", self.heads),
+            ("intermediate_size", self.intermediate),
+            ("vocab_size", self.vocab),
         ] {
             if !n.is_multiple_of(world) {
                 return Err(format!(
-                    "{}: its {what} ({n}) do not split over {world} ranks",
-                    self.name
+                    "{}: {field} = {n} is not divisible by the world size {world}",
+                    self.origin
                 ));
             }
         }
@@ -162,15 +195,19 @@ impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} (hidden {}, {} layers, {}/{} heads, intermediate {}, vocab {}, {:.2}B parameters)",
+            "{} (hidden {}, {} layers, {}/{} heads of {}, intermediate {}, vocab {}{}, {:.2}B \
+             parameters; {})",
             self.name,
             self.hidden,
             self.layers,
             self.heads,
             self.kv_heads,
+            self.head_dim,
             self.intermediate,
             self.vocab,
-            self.parameters() as f64 / 1e9
+            if self.tie_embeddings { ", tied" } else { "" },
+            self.parameters() as f64 / 1e9,
+            self.origin
         )
     }
 }
@@ -178,7 +215,7 @@ impl fmt::Display for Config {
 /// RoPE inverse frequencies (`head_dim / 2` of them), with Llama 3's scaling
 /// when the configuration has it (as `transformers` computes them).
 pub fn rope_inv_freq(cfg: &Config) -> Vec<f64> {
-    let d = cfg.head_dim();
+    let d = cfg.head_dim;
     let base: Vec<f64> = (0..d / 2)
         .map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f64 / d as f64))
         .collect();
@@ -218,20 +255,55 @@ mod tests {
     }
 
     #[test]
-    fn the_real_models_split_over_1_2_4_and_8_ranks() {
+    fn the_built_in_models_split_over_1_2_4_and_8_ranks() {
         for name in MODEL_NAMES {
             let cfg = Config::by_name(name).unwrap();
+            assert_eq!(cfg.head_dim * cfg.heads, cfg.hidden, "{name}");
             for world in [1, 2, 4, 8] {
                 cfg.check_split(world).unwrap();
             }
         }
         let err = Config::llama_3_1_8b().check_split(3).unwrap_err();
-        assert!(
-            err.contains("key/value heads (8) do not split over 3"),
-            "{err}"
+        assert_eq!(
+            err,
+            "built-in model llama-3.1-8b: num_key_value_heads = 8 is not divisible by the world \
+             size 3"
         );
-        assert!(Config::tiny().check_split(16).is_err());
+        let err = Config::tiny().check_split(16).unwrap_err();
+        assert!(err.contains("num_key_value_heads = 8"), "{err}");
+        let odd = Config {
+            head_dim: 15,
+            ..Config::tiny()
+        };
+        assert!(
+            odd.check_split(1)
+                .unwrap_err()
+                .contains("head_dim = 15 is odd")
+        );
+        let ungrouped = Config {
+            kv_heads: 5,
+            ..Config::tiny()
+        };
+        assert!(
+            ungrouped
+                .check_split(1)
+                .unwrap_err()
+                .contains("num_attention_heads = 16 is not a multiple of num_key_value_heads = 5")
+        );
+        let ff = Config {
+            intermediate: 514,
+            ..Config::tiny()
+        };
+        assert!(
+            ff.check_split(4)
+                .unwrap_err()
+                .contains("intermediate_size = 514 is not divisible by the world size 4")
+        );
         assert!(Config::by_name("llama-7b").unwrap_err().contains("known:"));
+        assert_eq!(
+            Config::llama_3_2_1b().shape(),
+            "h2048 l16 q32 kv8 d64 ff8192 v128256 tied"
+        );
     }
 
     #[test]

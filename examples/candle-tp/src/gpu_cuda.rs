@@ -7,10 +7,11 @@
 //! (one stream orders everything; a capture cannot wait on events recorded
 //! outside it).
 //!
-//! A decode step reads its token and position from a small device buffer
-//! written before each step, and writes its logits and next token into
-//! buffers allocated before any capture (a tensor allocated inside a capture
-//! belongs to the graph and cannot be read after it). In graph mode that step
+//! A decode step reads its tokens and positions (one of each per sequence of
+//! the batch) from a small device buffer written before each step, and
+//! writes its logits and next tokens into buffers allocated before any
+//! capture (a tensor allocated inside a capture belongs to the graph and
+//! cannot be read after it). In graph mode that step
 //! is captured once on candle's stream, with the communicator's launches
 //! inside, and replayed for every token.
 
@@ -29,11 +30,13 @@ use kernels::cudarc::nccl::safe::{Comm, Id, ReduceOp};
 use kernels::{Join, NcclId, Options, ProcessSpec, RankComm, Select, World};
 use policy::Mode;
 
-use crate::cli::{JoinArg, WorkerArgs};
+use crate::cli::{JoinArg, Resolved, WorkerArgs};
+use crate::config::Config;
 use crate::model::{Collectives, LocalCopy, RankModel, greedy};
 use crate::plan::RankDims;
+use crate::prompt::Prefill;
 use crate::report::{LogitDiff, RankReport, RunRecord};
-use crate::weights::{Safetensors, Seeded, WeightSource, prompt_tokens};
+use crate::weights::{Safetensors, Seeded, WeightSource};
 
 pub fn device_count() -> Result<usize, String> {
     cudarc::driver::result::init().map_err(|e| format!("cannot initialise CUDA (cuInit): {e}"))?;
@@ -272,28 +275,35 @@ impl InplaceOp1 for Upload<'_> {
 
 /// Buffers a decode step reads and writes, allocated before any capture.
 struct Statics {
-    /// `[token, position]`.
+    batch: usize,
+    /// `[tokens of the batch, then their positions]`.
     inputs: Tensor,
+    /// `[batch]` greedy tokens.
     next: Tensor,
+    /// `[batch, vocab]`.
     logits: Tensor,
 }
 
 impl Statics {
-    fn new(model: &RankModel) -> candle_core::Result<Statics> {
+    fn new(model: &RankModel, batch: usize) -> candle_core::Result<Statics> {
         let dev = &model.device;
         Ok(Statics {
-            inputs: Tensor::zeros(2, DType::U32, dev)?,
-            next: Tensor::zeros(1, DType::U32, dev)?,
-            logits: Tensor::zeros((1, model.cfg.vocab), model.dtype, dev)?,
+            batch,
+            inputs: Tensor::zeros(2 * batch, DType::U32, dev)?,
+            next: Tensor::zeros(batch, DType::U32, dev)?,
+            logits: Tensor::zeros((batch, model.cfg.vocab), model.dtype, dev)?,
         })
     }
 
-    fn set(&self, token: u32, position: usize) -> candle_core::Result<()> {
-        self.inputs.inplace_op1(&Upload(&[token, position as u32]))
+    /// Sequence `b` decodes `tokens[b]` at position `starts[b] + step`.
+    fn set(&self, tokens: &[u32], starts: &[usize], step: usize) -> candle_core::Result<()> {
+        let mut host = tokens.to_vec();
+        host.extend(starts.iter().map(|&p| (p + step) as u32));
+        self.inputs.inplace_op1(&Upload(&host))
     }
 
-    fn next_token(&self) -> candle_core::Result<u32> {
-        Ok(self.next.to_vec1::<u32>()?[0])
+    fn next_tokens(&self) -> candle_core::Result<Vec<u32>> {
+        self.next.to_vec1::<u32>()
     }
 }
 
@@ -304,9 +314,10 @@ fn decode_step(
     s: &Statics,
     comm: &dyn Collectives,
 ) -> candle_core::Result<()> {
-    let token = s.inputs.narrow(0, 0, 1)?;
-    let position = s.inputs.narrow(0, 1, 1)?;
-    let logits = model.forward(&token, &position, cache, comm)?;
+    let b = s.batch;
+    let tokens = s.inputs.narrow(0, 0, b)?.reshape((b, 1))?;
+    let positions = s.inputs.narrow(0, b, b)?.reshape((b, 1))?;
+    let logits = model.forward(&tokens, &positions, None, cache, comm)?;
     s.logits.slice_set(&logits, 1, 0)?;
     s.next.slice_set(&greedy(&logits)?, 0, 0)?;
     Ok(())
@@ -341,22 +352,26 @@ struct Bench<'a> {
     model: &'a RankModel,
     stream: Arc<CudaStream>,
     cuda: candle_core::CudaDevice,
-    prompt: Vec<u32>,
+    /// The batch's prompts, padded into one prefill.
+    prompts: Prefill,
     decode: usize,
     warmup: usize,
     chatty: bool,
 }
 
 impl Bench<'_> {
+    /// The batch's prompts through the model; each sequence's first token.
     fn prefill(
         &self,
         cache: &crate::model::KvCache,
         comm: &dyn Collectives,
-        tokens: &Tensor,
-        positions: &Tensor,
-    ) -> candle_core::Result<u32> {
-        let logits = self.model.forward(tokens, positions, cache, comm)?;
-        Ok(greedy(&logits)?.to_vec1::<u32>()?[0])
+        inputs: &[Tensor; 3],
+    ) -> candle_core::Result<Vec<u32>> {
+        let [tokens, positions, rows] = inputs;
+        let logits = self
+            .model
+            .forward(tokens, positions, Some(rows), cache, comm)?;
+        greedy(&logits)?.to_vec1::<u32>()
     }
 
     fn run(&self, backend: &Backend, mode: &str) -> Result<Outcome, String> {
@@ -368,20 +383,22 @@ impl Bench<'_> {
         // candle uploads small kernel parameters (shapes, strides); with this
         // cache they are uploaded once and a capture finds them on the device.
         let _param_cache = self.cuda.enable_cuda_graph_htod_cache();
-        let cache = model.new_cache().map_err(e)?;
-        let statics = Statics::new(model).map_err(e)?;
-        let positions: Vec<u32> = (0..self.prompt.len() as u32).collect();
-        let prompt = Tensor::new(self.prompt.as_slice(), dev).map_err(e)?;
-        let positions = Tensor::new(positions.as_slice(), dev).map_err(e)?;
-        let p = self.prompt.len();
+        let p = &self.prompts;
+        let cache = model.new_cache(p.batch).map_err(e)?;
+        let statics = Statics::new(model, p.batch).map_err(e)?;
+        let inputs = [
+            Tensor::from_vec(p.tokens.clone(), (p.batch, p.len), dev).map_err(e)?,
+            Tensor::from_vec(p.positions.clone(), (p.batch, p.len), dev).map_err(e)?,
+            Tensor::new(p.last_rows.as_slice(), dev).map_err(e)?,
+        ];
 
         backend.set_mode(Mode::Eager);
         let started = Instant::now();
-        let mut token = self.prefill(&cache, comm, &prompt, &positions).map_err(e)?;
+        let mut next = self.prefill(&cache, comm, &inputs).map_err(e)?;
         for i in 0..self.warmup.max(1) {
-            statics.set(token, p + i).map_err(e)?;
+            statics.set(&next, &p.lens, i).map_err(e)?;
             decode_step(model, &cache, &statics, comm).map_err(e)?;
-            token = statics.next_token().map_err(e)?;
+            next = statics.next_tokens().map_err(e)?;
         }
         backend.check(&self.stream)?;
         if self.chatty {
@@ -405,21 +422,21 @@ impl Bench<'_> {
         backend.take_algorithms();
 
         let t = Instant::now();
-        let mut token = self.prefill(&cache, comm, &prompt, &positions).map_err(e)?;
+        let mut next = self.prefill(&cache, comm, &inputs).map_err(e)?;
         let prefill_ms = ms(t);
-        let mut tokens = vec![token];
+        let mut tokens: Vec<Vec<u32>> = next.iter().map(|&t| vec![t]).collect();
         let mut step_ms = Vec::with_capacity(self.decode);
         let mut first = Vec::new();
         for i in 0..self.decode {
             let t = Instant::now();
-            statics.set(token, p + i).map_err(e)?;
+            statics.set(&next, &p.lens, i).map_err(e)?;
             match &graph {
                 Some(g) => g
                     .launch()
                     .map_err(|err| format!("{what}: replaying the graph: {err}"))?,
                 None => decode_step(model, &cache, &statics, comm).map_err(e)?,
             }
-            token = statics.next_token().map_err(e)?;
+            next = statics.next_tokens().map_err(e)?;
             step_ms.push(ms(t));
             if i == 0 {
                 first = statics
@@ -429,7 +446,9 @@ impl Bench<'_> {
                     .and_then(|l| l.to_vec1::<f32>())
                     .map_err(e)?;
             }
-            tokens.push(token);
+            for (seq, &t) in tokens.iter_mut().zip(&next) {
+                seq.push(t);
+            }
         }
         backend.check(&self.stream)?;
         drop(graph);
@@ -457,26 +476,26 @@ impl Bench<'_> {
     }
 }
 
-fn weight_source(w: &WorkerArgs) -> Result<Box<dyn WeightSource>, String> {
-    if w.run.weights.is_empty() {
+fn weight_source(w: &WorkerArgs, r: &Resolved) -> Result<Box<dyn WeightSource>, String> {
+    if r.weights.is_empty() {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
         Ok(Box::new(Seeded {
             seed: w.run.seed,
             threads: (cores / w.run.world).max(1),
         }))
     } else {
-        Ok(Box::new(Safetensors::open(&w.run.weights)?))
+        Ok(Box::new(Safetensors::open(&r.weights)?))
     }
 }
 
 fn load_model(
     w: &WorkerArgs,
+    cfg: &Config,
     source: &dyn WeightSource,
     dims: RankDims,
     device: &Device,
     max_positions: usize,
 ) -> Result<RankModel, String> {
-    let cfg = w.run.config()?;
     let t = Instant::now();
     let layers = cfg.layers;
     let mut progress = |l: usize| {
@@ -485,7 +504,7 @@ fn load_model(
         }
     };
     let model = RankModel::load(
-        &cfg,
+        cfg,
         dims,
         source,
         DType::BF16,
@@ -507,9 +526,10 @@ fn load_model(
 }
 
 pub fn worker(w: &WorkerArgs) -> Result<(), String> {
-    let cfg = w.run.validate()?;
+    let resolved = w.run.validate()?;
+    let cfg = &resolved.cfg;
     let (rank, world) = (w.rank, w.run.world);
-    let dims = RankDims::new(&cfg, rank, world)?;
+    let dims = RankDims::new(cfg, rank, world)?;
     let device = Device::new_cuda_with_stream(w.gpu)
         .map_err(|e| format!("cannot open GPU {}: {e}", w.gpu))?;
     let cuda = device.as_cuda_device().map_err(|e| e.to_string())?.clone();
@@ -578,15 +598,15 @@ pub fn worker(w: &WorkerArgs) -> Result<(), String> {
         backends.push(b);
     }
 
-    let source = weight_source(w)?;
-    let max_positions = w.run.prompt + w.run.warmup.max(1).max(w.run.decode) + 1;
-    let model = load_model(w, source.as_ref(), dims, &device, max_positions)?;
-    let prompt = prompt_tokens(w.run.seed, w.run.prompt, cfg.vocab);
+    let source = weight_source(w, &resolved)?;
+    let prefill = Prefill::new(&resolved.prompts)?;
+    let max_positions = prefill.len + w.run.warmup.max(1).max(w.run.decode) + 1;
+    let model = load_model(w, cfg, source.as_ref(), dims, &device, max_positions)?;
     let bench = Bench {
         model: &model,
         stream: stream.clone(),
         cuda: cuda.clone(),
-        prompt: prompt.clone(),
+        prompts: prefill.clone(),
         decode: w.run.decode,
         warmup: w.run.warmup,
         chatty: rank == 0,
@@ -609,14 +629,14 @@ pub fn worker(w: &WorkerArgs) -> Result<(), String> {
         } else {
             drop(model);
             println!("rank 0: loading the one-rank reference model");
-            let dims = RankDims::new(&cfg, 0, 1)?;
-            load_model(w, source.as_ref(), dims, &device, max_positions)?
+            let dims = RankDims::new(cfg, 0, 1)?;
+            load_model(w, cfg, source.as_ref(), dims, &device, max_positions)?
         };
         let bench = Bench {
             model: &whole,
             stream: stream.clone(),
             cuda: cuda.clone(),
-            prompt,
+            prompts: prefill.clone(),
             decode: w.run.decode,
             warmup: 1,
             chatty: false,
@@ -626,6 +646,7 @@ pub fn worker(w: &WorkerArgs) -> Result<(), String> {
             o.record.logits = Some(LogitDiff::between(
                 &o.first_step_logits,
                 &reference.first_step_logits,
+                cfg.vocab,
             )?);
         }
         println!("rank 0: reference run done");
@@ -635,7 +656,9 @@ pub fn worker(w: &WorkerArgs) -> Result<(), String> {
     let report = RankReport {
         rank,
         world,
-        model: cfg.name.into(),
+        model: cfg.name.clone(),
+        shape: cfg.shape(),
+        batch: prefill.batch,
         gpu: gpu_name,
         weights: source.describe(),
         runs: outcomes.into_iter().map(|o| o.record).collect(),

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::cli::{self, JoinArg, OutArgs, RunArgs, WorkerArgs};
 use crate::gpu;
 use crate::report::{self, RankReport};
+use crate::tokenizer::TextTokenizer;
 
 /// The environment every worker runs with: never NVLink multicast (NVLS).
 pub const WORKER_ENV: [(&str, &str); 3] = [
@@ -45,7 +46,8 @@ fn fresh_dir(parent: &Path, stem: &str) -> Result<PathBuf, String> {
 
 /// Runs the whole protocol; `Ok(false)` when a correctness check failed.
 pub fn run(args: &RunArgs, out: &OutArgs) -> Result<bool, String> {
-    let cfg = args.validate()?;
+    let resolved = args.validate()?;
+    let cfg = &resolved.cfg;
     let gpus = if args.gpus.is_empty() {
         let n = gpu::device_count()?;
         (0..n).collect::<Vec<_>>()
@@ -93,15 +95,22 @@ pub fn run(args: &RunArgs, out: &OutArgs) -> Result<bool, String> {
     };
 
     println!("candle-tp {BUILD}: {cfg}");
+    let lens: Vec<usize> = resolved.prompts.iter().map(Vec::len).collect();
     println!(
-        "world {} on GPUs {:?}{}; back-ends {}; modes {}; prompt {} tokens, {} decode steps \
-         (+{} warm-up); logs in {}",
+        "world {} on GPUs {:?}{}; back-ends {}; modes {}; batch {}, prompts of {:?} tokens{}, {} \
+         decode steps (+{} warm-up); logs in {}",
         args.world,
         place,
         if shared { " (shared)" } else { "" },
         args.backends.join(","),
         args.modes.join(","),
-        args.prompt,
+        args.batch,
+        lens,
+        if args.prompt.is_empty() {
+            " (seeded)"
+        } else {
+            ""
+        },
         args.decode,
         args.warmup,
         log_dir.display()
@@ -149,10 +158,19 @@ pub fn run(args: &RunArgs, out: &OutArgs) -> Result<bool, String> {
     let (rows, verdict) = report::summarise(&reports, args.logit_tolerance)?;
     println!();
     println!(
-        "{} over {} rank(s), {} ({}; weights: {})",
-        cfg.name, args.world, reports[0].gpu, BUILD, reports[0].weights
+        "{} [{}] over {} rank(s), batch {}, {} ({}; weights: {})",
+        cfg.name,
+        cfg.shape(),
+        args.world,
+        args.batch,
+        reports[0].gpu,
+        BUILD,
+        reports[0].weights
     );
     print!("{}", report::table(&rows));
+    if let Some(tokenizer) = &resolved.tokenizer {
+        print!("{}", texts(tokenizer, &resolved.prompts, &reports[0])?);
+    }
     for (b, why) in &skipped {
         println!("{b}: not run: {why}");
     }
@@ -173,6 +191,37 @@ pub fn run(args: &RunArgs, out: &OutArgs) -> Result<bool, String> {
         }
         Ok(false)
     }
+}
+
+/// Each sequence's prompt and what was generated from it, as text: from the
+/// first run with real collectives (or the only one).
+fn texts(
+    tokenizer: &TextTokenizer,
+    prompts: &[Vec<u32>],
+    rank0: &RankReport,
+) -> Result<String, String> {
+    let Some(run) = rank0
+        .runs
+        .iter()
+        .find(|r| r.backend != "none")
+        .or(rank0.runs.first())
+    else {
+        return Ok(String::new());
+    };
+    let mut out = format!(
+        "text ({} {}, through {}):\n",
+        run.backend,
+        run.mode,
+        tokenizer.path().display()
+    );
+    for (b, (prompt, generated)) in prompts.iter().zip(&run.tokens).enumerate() {
+        out.push_str(&format!(
+            "  [{b}] {:?} → {:?}\n",
+            tokenizer.decode(prompt)?,
+            tokenizer.decode(generated)?
+        ));
+    }
+    Ok(out)
 }
 
 fn spawn(exe: &Path, w: &WorkerArgs, rank: usize, log: &Path) -> Result<Child, String> {
@@ -287,5 +336,48 @@ mod tests {
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         std::fs::remove_dir_all(&parent).unwrap();
         assert_eq!(mode, 0o700, "{}", dir.display());
+    }
+
+    #[test]
+    fn the_texts_are_the_first_real_runs_per_sequence() {
+        use crate::report::RunRecord;
+        let dir = std::env::temp_dir().join(format!("candle-tp-texts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tokenizer =
+            TextTokenizer::open(&crate::tokenizer::tests::write_tiny_bpe(&dir)).unwrap();
+        let run = |backend: &str, tokens: Vec<Vec<u32>>| RunRecord {
+            backend: backend.into(),
+            mode: "graph".into(),
+            prefill_ms: 1.0,
+            step_ms: vec![1.0],
+            tokens,
+            algorithms: vec![],
+            logits: None,
+        };
+        let report = RankReport {
+            rank: 0,
+            world: 2,
+            model: "m".into(),
+            shape: "s".into(),
+            batch: 2,
+            gpu: "g".into(),
+            weights: "w".into(),
+            runs: vec![
+                run("none", vec![vec![8], vec![8]]),
+                run("colltune", vec![vec![18, 8], vec![13, 99]]),
+            ],
+            reference_tokens: None,
+        };
+        let text = texts(&tokenizer, &[vec![19, 12], vec![19, 17]], &report).unwrap();
+        assert!(text.starts_with("text (colltune graph, through "), "{text}");
+        assert!(
+            text.contains("  [0] \"<|begin_of_text|>hello\" → \" world!\"\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  [1] \"<|begin_of_text|>world\" → \" hello⟨id 99⟩\"\n"),
+            "{text}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

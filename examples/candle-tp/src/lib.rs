@@ -3,16 +3,22 @@
 //! `policy`), eagerly and as CUDA graphs. See README.md beside this crate.
 //!
 //! The modules below the launcher and the worker are plain host code, tested
-//! on the CPU: the model shapes (`config`), the Megatron split (`plan`), the
-//! weights (`weights`), the rank model itself on candle's CPU backend
-//! (`model`, against a one-rank model), the command line (`cli`) and the
-//! report (`report`).
+//! on the CPU: the model shapes (`config`, read from a model folder's
+//! `config.json` by `hf_config`; the folder itself: `model_dir`), the
+//! Megatron split (`plan`), the weights (`weights`), the tokenizer
+//! (`tokenizer`), a batch's prompts (`prompt`), the rank model itself on
+//! candle's CPU backend (`model`, against a one-rank model), the command line
+//! (`cli`) and the report (`report`).
 
 pub mod cli;
 pub mod config;
 pub mod gpu;
+pub mod hf_config;
 pub mod launch;
 pub mod model;
+pub mod model_dir;
 pub mod plan;
+pub mod prompt;
 pub mod report;
+pub mod tokenizer;
 pub mod weights;

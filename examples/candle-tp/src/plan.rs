@@ -85,7 +85,7 @@ impl RankDims {
             world,
             heads: cfg.heads / world,
             kv_heads: cfg.kv_heads / world,
-            head_dim: cfg.head_dim(),
+            head_dim: cfg.head_dim,
             intermediate: cfg.intermediate / world,
             vocab: cfg.vocab / world,
         })
@@ -124,7 +124,7 @@ fn spec(name: String, shape: Vec<usize>, split: Split, init: Init) -> WeightSpec
 }
 
 pub fn layer_specs(cfg: &Config, dims: &RankDims, layer: usize) -> LayerSpecs {
-    let (h, d) = (cfg.hidden, cfg.head_dim());
+    let (h, d) = (cfg.hidden, cfg.head_dim);
     let (rank, world) = (dims.rank, dims.world);
     let p = |s: &str| format!("model.layers.{layer}.{s}.weight");
     let q_rows = part(cfg.heads * d, rank, world);

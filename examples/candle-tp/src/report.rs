@@ -1,7 +1,7 @@
 //! What the ranks report, and the table and CSV made from it: TPOT median and
 //! percentiles, tokens/s, prefill time, each back-end's gap above the `none`
 //! floor, and the correctness checks (ranks agree, logits against one rank,
-//! greedy tokens of `nccl` and `colltune`).
+//! greedy tokens of `nccl` and `colltune`), for a batch of sequences.
 
 use std::fmt::Write as _;
 
@@ -15,17 +15,18 @@ pub const MODES: [&str; 2] = ["eager", "graph"];
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LogitDiff {
     pub max_abs: f64,
-    /// RMS of the difference over RMS of the reference.
+    /// RMS of the difference over RMS of the reference (the whole batch).
     pub rel_rms: f64,
-    /// Both pick the same token.
+    /// Both pick the same token, in every sequence.
     pub argmax_same: bool,
 }
 
 impl LogitDiff {
-    pub fn between(run: &[f32], reference: &[f32]) -> Result<LogitDiff, String> {
-        if run.len() != reference.len() || run.is_empty() {
+    /// `run` and `reference` are `[batch, vocab]` logits, flattened.
+    pub fn between(run: &[f32], reference: &[f32], vocab: usize) -> Result<LogitDiff, String> {
+        if run.len() != reference.len() || run.is_empty() || !run.len().is_multiple_of(vocab) {
             return Err(format!(
-                "logits of {} and {} entries cannot be compared",
+                "logits of {} and {} entries cannot be compared in rows of {vocab}",
                 run.len(),
                 reference.len()
             ));
@@ -41,7 +42,10 @@ impl LogitDiff {
         Ok(LogitDiff {
             max_abs,
             rel_rms: (diff2 / ref2.max(f64::MIN_POSITIVE)).sqrt(),
-            argmax_same: argmax(run) == argmax(reference),
+            argmax_same: run
+                .chunks(vocab)
+                .zip(reference.chunks(vocab))
+                .all(|(a, b)| argmax(a) == argmax(b)),
         })
     }
 }
@@ -65,8 +69,8 @@ pub struct RunRecord {
     pub prefill_ms: f64,
     /// Host time of each decode step: inputs up, the step, its token back.
     pub step_ms: Vec<f64>,
-    /// The prefill's token, then one per decode step.
-    pub tokens: Vec<u32>,
+    /// Each sequence's tokens: the prefill's, then one per decode step.
+    pub tokens: Vec<Vec<u32>>,
     /// What colltune's communicator ran (`all_reduce:one_shot_push`, …).
     pub algorithms: Vec<String>,
     /// Rank 0 only: against the one-rank model.
@@ -78,12 +82,16 @@ pub struct RunRecord {
 pub struct RankReport {
     pub rank: usize,
     pub world: usize,
+    /// The model's name (`Config::name`) and shapes (`Config::shape`).
     pub model: String,
+    pub shape: String,
+    /// Sequences decoded together.
+    pub batch: usize,
     pub gpu: String,
     pub weights: String,
     pub runs: Vec<RunRecord>,
-    /// Rank 0 only: the one-rank model's greedy tokens.
-    pub reference_tokens: Option<Vec<u32>>,
+    /// Rank 0 only: the one-rank model's greedy tokens, per sequence.
+    pub reference_tokens: Option<Vec<Vec<u32>>>,
 }
 
 /// Linear interpolation between closest ranks (numpy's default): `p` in 0..=100.
@@ -100,26 +108,44 @@ pub fn agreeing_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+/// The same for two batches: the least over their sequences (0 when the
+/// batches differ in size).
+pub fn batch_agreeing_prefix(a: &[Vec<u32>], b: &[Vec<u32>]) -> usize {
+    if a.len() != b.len() {
+        return 0;
+    }
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| agreeing_prefix(x, y))
+        .min()
+        .unwrap_or(0)
+}
+
 /// A row of the table and the CSV.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     pub model: String,
+    pub shape: String,
     pub world: usize,
+    pub batch: usize,
     pub backend: String,
     pub mode: String,
     pub tpot_median_ms: f64,
     pub tpot_p10_ms: f64,
     pub tpot_p90_ms: f64,
+    /// Tokens of every sequence together, per second of decoding.
     pub tokens_per_s: f64,
     pub prefill_ms: f64,
     /// TPOT median above the `none` run of the same mode.
     pub gap_ms: Option<f64>,
+    /// Decode steps timed (each gives one token per sequence).
     pub decode_tokens: usize,
     /// Every rank produced the same tokens.
     pub ranks_agree: bool,
-    /// `nccl` against `colltune` in the same mode: tokens that agree before the first difference.
+    /// `nccl` against `colltune` in the same mode: tokens that agree before
+    /// the first difference (the least over the sequences).
     pub tokens_agree_other: Option<usize>,
-    /// Against the one-rank model.
+    /// Against the one-rank model, likewise.
     pub tokens_agree_reference: Option<usize>,
     pub logits: Option<LogitDiff>,
     pub algorithms: String,
@@ -145,6 +171,12 @@ pub fn summarise(reports: &[RankReport], tolerance: f64) -> Result<(Vec<Row>, Ve
     for (i, r) in reports.iter().enumerate() {
         if r.rank != i {
             return Err(format!("report {i} is from rank {}", r.rank));
+        }
+        if (&r.model, &r.shape, r.batch) != (&first.model, &first.shape, first.batch) {
+            return Err(format!(
+                "rank {} ran {} ({}) at batch {}, rank 0 {} ({}) at batch {}",
+                r.rank, r.model, r.shape, r.batch, first.model, first.shape, first.batch
+            ));
         }
         if r.runs.len() != first.runs.len() {
             return Err(format!(
@@ -175,10 +207,19 @@ pub fn summarise(reports: &[RankReport], tolerance: f64) -> Result<(Vec<Row>, Ve
                 run.backend, run.mode
             ));
         }
+        if run.tokens.len() != first.batch {
+            return Err(format!(
+                "{} {}: tokens of {} sequences in a batch of {}",
+                run.backend,
+                run.mode,
+                run.tokens.len(),
+                first.batch
+            ));
+        }
         let tokens_agree_reference = first
             .reference_tokens
             .as_ref()
-            .map(|t| agreeing_prefix(&run.tokens, t));
+            .map(|t| batch_agreeing_prefix(&run.tokens, t));
         if real
             && let Some(d) = &run.logits
             && (!d.rel_rms.is_finite() || d.rel_rms > tolerance)
@@ -191,13 +232,15 @@ pub fn summarise(reports: &[RankReport], tolerance: f64) -> Result<(Vec<Row>, Ve
         }
         rows.push(Row {
             model: first.model.clone(),
+            shape: first.shape.clone(),
             world: first.world,
+            batch: first.batch,
             backend: run.backend.clone(),
             mode: run.mode.clone(),
             tpot_median_ms: percentile(&sorted, 50.0),
             tpot_p10_ms: percentile(&sorted, 10.0),
             tpot_p90_ms: percentile(&sorted, 90.0),
-            tokens_per_s: 1000.0 / mean,
+            tokens_per_s: first.batch as f64 * 1000.0 / mean,
             prefill_ms: run.prefill_ms,
             gap_ms: None,
             decode_tokens: run.step_ms.len(),
@@ -222,7 +265,7 @@ pub fn summarise(reports: &[RankReport], tolerance: f64) -> Result<(Vec<Row>, Ve
                 .map(|r| r.tokens.clone())
         };
         let agree = match (tokens("nccl"), tokens("colltune")) {
-            (Some(a), Some(b)) => Some(agreeing_prefix(&a, &b)),
+            (Some(a), Some(b)) => Some(batch_agreeing_prefix(&a, &b)),
             _ => None,
         };
         for row in rows.iter_mut().filter(|r| r.mode == mode) {
@@ -249,10 +292,20 @@ fn floor_of(rows: &[Row], mode: &str) -> Option<f64> {
         .map(|r| r.tpot_median_ms)
 }
 
-pub const CSV_HEADER: &str = "model,world,backend,mode,tpot_median_ms,tpot_p10_ms,tpot_p90_ms,\
-tokens_per_s,prefill_ms,gap_vs_none_ms,gap_vs_none_pct,decode_tokens,ranks_agree,\
+pub const CSV_HEADER: &str = "model,shape,world,batch,backend,mode,tpot_median_ms,tpot_p10_ms,\
+tpot_p90_ms,tokens_per_s,prefill_ms,gap_vs_none_ms,gap_vs_none_pct,decode_tokens,ranks_agree,\
 tokens_agree_nccl_colltune,tokens_agree_reference,logits_rel_rms,logits_max_abs,argmax_same,\
 algorithms,build";
+
+/// A CSV field: quoted when it holds a comma, a quote or a line break (a
+/// model's name comes from its config and may).
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
 
 pub fn csv(rows: &[Row], build: &str) -> String {
     let mut out = String::from(CSV_HEADER);
@@ -262,9 +315,11 @@ pub fn csv(rows: &[Row], build: &str) -> String {
         let pct = floor.and_then(|f| r.gap_pct(f));
         let _ = writeln!(
             out,
-            "{},{},{},{},{:.4},{:.4},{:.4},{:.2},{:.3},{},{},{},{},{},{},{},{},{},{},{}",
-            r.model,
+            "{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.2},{:.3},{},{},{},{},{},{},{},{},{},{},{}",
+            field(&r.model),
+            field(&r.shape),
             r.world,
+            r.batch,
             r.backend,
             r.mode,
             r.tpot_median_ms,
@@ -285,8 +340,8 @@ pub fn csv(rows: &[Row], build: &str) -> String {
             r.logits
                 .as_ref()
                 .map_or(String::new(), |d| d.argmax_same.to_string()),
-            r.algorithms,
-            build
+            field(&r.algorithms),
+            field(build)
         );
     }
     out
@@ -341,11 +396,12 @@ pub fn table(rows: &[Row]) -> String {
         );
     }
     out.push_str(
-        "TPOT in ms (decode steps, host time per token); tokens = greedy tokens agreeing with the \
-         other back-end / with the one-rank model before the first difference (of prefill + decode \
-         tokens); logits Δ = relative RMS difference of the first decode step's logits from the \
-         one-rank model. `none` replaces every collective with a local copy: wrong results, the \
-         floor.\n",
+        "TPOT in ms (decode steps, host time per step: one token of every sequence); tok/s counts \
+         every sequence's tokens; tokens = greedy tokens agreeing with the other back-end / with \
+         the one-rank model before the first difference (of prefill + decode tokens, the least \
+         over the sequences); logits Δ = relative RMS difference of the first decode step's \
+         logits from the one-rank model. `none` replaces every collective with a local copy: \
+         wrong results, the floor.\n",
     );
     out
 }
@@ -370,25 +426,40 @@ mod tests {
 
     #[test]
     fn logit_differences() {
-        let d = LogitDiff::between(&[1.0, 2.0, 4.0], &[1.0, 2.0, 3.0]).unwrap();
+        let d = LogitDiff::between(&[1.0, 2.0, 4.0], &[1.0, 2.0, 3.0], 3).unwrap();
         assert_eq!(d.max_abs, 1.0);
         assert!((d.rel_rms - (1.0f64 / 14.0).sqrt()).abs() < 1e-12);
         assert!(d.argmax_same);
-        let d = LogitDiff::between(&[5.0, 2.0], &[1.0, 2.0]).unwrap();
+        let d = LogitDiff::between(&[5.0, 2.0], &[1.0, 2.0], 2).unwrap();
         assert!(!d.argmax_same);
-        assert!(LogitDiff::between(&[1.0], &[1.0, 2.0]).is_err());
+        // A batch: every sequence's greedy token must agree.
+        let d = LogitDiff::between(&[1.0, 2.0, 3.0, 1.0], &[1.0, 2.0, 3.0, 4.0], 2).unwrap();
+        assert!(!d.argmax_same, "the second row's choice differs");
+        let d = LogitDiff::between(&[1.0, 2.0, 3.0, 1.0], &[1.1, 2.0, 3.0, 1.1], 2).unwrap();
+        assert!(d.argmax_same);
+        assert!(LogitDiff::between(&[1.0], &[1.0, 2.0], 1).is_err());
+        assert!(LogitDiff::between(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0], 2).is_err());
         assert_eq!(argmax(&[1.0, 3.0, 3.0]), 1);
         assert_eq!(agreeing_prefix(&[1, 2, 3, 4], &[1, 2, 5, 4]), 2);
         assert_eq!(agreeing_prefix(&[1, 2], &[1, 2]), 2);
+        let a = vec![vec![1, 2, 3], vec![4, 5, 6]];
+        assert_eq!(batch_agreeing_prefix(&a, &a), 3);
+        assert_eq!(
+            batch_agreeing_prefix(&a, &[vec![1, 2, 3], vec![4, 9, 6]]),
+            1
+        );
+        assert_eq!(batch_agreeing_prefix(&a, &a[..1]), 0);
     }
 
+    /// A run of a batch of two: sequence 0's tokens as given, sequence 1's
+    /// fixed (the same in every run).
     fn run(backend: &str, mode: &str, ms: f64, tokens: &[u32], rel: Option<f64>) -> RunRecord {
         RunRecord {
             backend: backend.into(),
             mode: mode.into(),
             prefill_ms: 12.5,
             step_ms: vec![ms, ms * 1.1, ms * 0.9, ms, ms],
-            tokens: tokens.to_vec(),
+            tokens: vec![tokens.to_vec(), vec![3, 3, 3, 3]],
             algorithms: if backend == "colltune" {
                 vec!["all_reduce:one_shot_push".into()]
             } else {
@@ -406,11 +477,13 @@ mod tests {
         RankReport {
             rank,
             world: 2,
-            model: "tiny".into(),
+            model: "org/Llama, v2".into(),
+            shape: "h256 l2 q16 kv8 d16 ff512 v1024".into(),
+            batch: 2,
             gpu: "test".into(),
             weights: "seeded".into(),
             runs,
-            reference_tokens: (rank == 0).then(|| vec![7, 8, 9, 9]),
+            reference_tokens: (rank == 0).then(|| vec![vec![7, 8, 9, 9], vec![3, 3, 3, 3]]),
         }
     }
 
@@ -439,24 +512,36 @@ mod tests {
         assert_eq!(nccl.tokens_agree_reference, Some(3));
         assert_eq!(rows[2].tokens_agree_reference, Some(4));
         assert_eq!(rows[0].gap_ms, None);
-        // 5 steps with mean ms: tokens/s = 1000 / ms.
-        assert!((rows[0].tokens_per_s - 500.0).abs() < 1e-9);
+        // 5 steps with mean ms, two sequences: tokens/s = 2 · 1000 / ms.
+        assert!((rows[0].tokens_per_s - 1000.0).abs() < 1e-9);
+        assert_eq!(
+            (rows[0].batch, rows[0].model.as_str()),
+            (2, "org/Llama, v2")
+        );
 
         let text = csv(&rows, "abc123");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4);
         assert!(lines[0].starts_with(
-            "model,world,backend,mode,tpot_median_ms,tpot_p10_ms,tpot_p90_ms,tokens_per_s,prefill_ms"
+            "model,shape,world,batch,backend,mode,tpot_median_ms,tpot_p10_ms,tpot_p90_ms,\
+             tokens_per_s,prefill_ms"
         ));
+        // The name's comma is quoted: every row has the header's columns.
         let cols = lines[0].split(',').count();
         for l in &lines[1..] {
-            assert_eq!(l.split(',').count(), cols, "{l}");
+            assert_eq!(
+                l.replace("\"org/Llama, v2\"", "m").split(',').count(),
+                cols,
+                "{l}"
+            );
         }
         assert_eq!(
             lines[3],
-            "tiny,2,colltune,graph,2.5000,2.3500,2.6500,400.00,12.500,0.5000,25.00,5,true,3,4,\
-             0.010000,0.10000,true,all_reduce:one_shot_push,abc123"
+            "\"org/Llama, v2\",h256 l2 q16 kv8 d16 ff512 v1024,2,2,colltune,graph,2.5000,2.3500,\
+             2.6500,800.00,12.500,0.5000,25.00,5,true,3,4,0.010000,0.10000,true,\
+             all_reduce:one_shot_push,abc123"
         );
+        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
         let t = table(&rows);
         assert!(t.contains("+1.000 (+50%)"), "{t}");
         assert!(t.contains("3/3"), "{t}");
@@ -475,9 +560,26 @@ mod tests {
         assert!(verdict.failures[1].contains("0.2000 relative RMS"));
         // `none` may disagree: it is wrong by design.
         assert!(rows[0].ranks_agree);
+        // A difference in the second sequence alone is a difference.
+        let mut second = reports.clone();
+        second[0].runs[1].tokens[1][2] = 4;
+        let (rows, verdict) = summarise(&second, 0.05).unwrap();
+        assert!(!rows[1].ranks_agree);
+        assert!(verdict.failures[0].starts_with("nccl graph: the ranks produced different"));
+        assert_eq!(rows[1].tokens_agree_reference, Some(2));
         let mut short = reports.clone();
         short[1].runs.pop();
         assert!(summarise(&short, 0.05).unwrap_err().contains("made 2 runs"));
+        let mut other = reports.clone();
+        other[1].batch = 1;
+        assert!(summarise(&other, 0.05).unwrap_err().contains("at batch 1"));
+        let mut missing = reports.clone();
+        missing[0].runs[2].tokens.pop();
+        assert!(
+            summarise(&missing, 0.05)
+                .unwrap_err()
+                .contains("tokens of 1 sequences in a batch of 2")
+        );
         assert!(summarise(&[], 0.05).is_err());
     }
 }

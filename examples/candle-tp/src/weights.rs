@@ -114,9 +114,15 @@ impl WeightSource for Seeded {
     }
 }
 
-/// The prompt: `len` token ids below `vocab`, from the seed.
-pub fn prompt_tokens(seed: u64, len: usize, vocab: usize) -> Vec<u32> {
-    let key = mix64(seed ^ name_key("prompt"));
+/// Sequence `sequence`'s prompt: `len` token ids below `vocab`, from the
+/// seed; each sequence of a batch has its own.
+pub fn prompt_tokens(seed: u64, sequence: usize, len: usize, vocab: usize) -> Vec<u32> {
+    let name = if sequence == 0 {
+        "prompt".to_string()
+    } else {
+        format!("prompt.{sequence}")
+    };
+    let key = mix64(seed ^ name_key(&name));
     (0..len as u64)
         .map(|i| (mix64(key.wrapping_add(i)) % vocab as u64) as u32)
         .collect()
@@ -178,7 +184,8 @@ impl WeightSource for Safetensors {
         })?;
         if full.dims() != spec.shape.as_slice() {
             candle_core::bail!(
-                "weight `{}` has shape {:?}, the model needs {:?} (wrong --model for these files?)",
+                "weight `{}` has shape {:?}, the model needs {:?} (do these files belong to \
+                 another model's config?)",
                 spec.name,
                 full.dims(),
                 spec.shape
@@ -253,10 +260,15 @@ mod tests {
 
     #[test]
     fn prompt_tokens_are_below_the_vocabulary_and_fixed_by_the_seed() {
-        let p = prompt_tokens(3, 128, 1000);
+        let p = prompt_tokens(3, 0, 128, 1000);
         assert_eq!(p.len(), 128);
         assert!(p.iter().all(|&t| t < 1000));
-        assert_eq!(p, prompt_tokens(3, 128, 1000));
-        assert_ne!(p, prompt_tokens(4, 128, 1000));
+        assert_eq!(p, prompt_tokens(3, 0, 128, 1000));
+        assert_ne!(p, prompt_tokens(4, 0, 128, 1000));
+        // Every sequence of a batch has its own prompt.
+        let q = prompt_tokens(3, 1, 128, 1000);
+        assert!(q.iter().all(|&t| t < 1000));
+        assert_ne!(p, q);
+        assert_ne!(q, prompt_tokens(3, 2, 128, 1000));
     }
 }
