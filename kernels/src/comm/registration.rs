@@ -225,6 +225,24 @@ impl Registration {
         self.wedged.store(true, Ordering::Relaxed);
     }
 
+    /// Whether every other stream of this process that shares `mine`'s
+    /// context came to rest, each within `bound`. Freeing anything in a
+    /// context waits for all of that context's work, so a rank whose own
+    /// stream drained still must not free anything while another rank's
+    /// stream of the same context holds work that may never end (the ranks
+    /// of a loopback world share one context). False once the registration
+    /// is wedged.
+    pub(crate) fn context_at_rest(&self, mine: &CudaStream, bound: Duration) -> bool {
+        !self.wedged.load(Ordering::Relaxed)
+            && self
+                .streams
+                .iter()
+                .filter(|s| {
+                    Arc::ptr_eq(s.context(), mine.context()) && s.cu_stream() != mine.cu_stream()
+                })
+                .all(|s| matches!(drain_within(s, bound, || Ok(())), Ok(true)))
+    }
+
     /// Makes drop leak this process's own buffers of a world of processes:
     /// a broken world, or one whose goodbye failed, cannot know that every
     /// peer has closed its mappings, and a peer's queued kernels would store

@@ -214,8 +214,9 @@ impl Drop for RankResources {
     /// [`RankResources::quiesce`] says (NCCL aborted at once, which ends NCCL
     /// kernels still waiting for a peer, then the stream drained within a
     /// short bound), never frees memory it exported (peers' queued kernels
-    /// may still store into it), and frees the rest only if its stream came
-    /// to rest: otherwise it leaks everything its stream may still touch.
+    /// may still store into it), and frees the rest only if its stream, and
+    /// every other stream of its context, came to rest: otherwise it leaks
+    /// everything its stream may still touch.
     fn drop(&mut self) {
         let mut broken = self.health.is_broken();
         // A stream that does not drain holds work waiting for a peer that never
@@ -258,7 +259,15 @@ impl Drop for RankResources {
                 .is_none_or(|nccl| nccl.end(true) != Ended::Abandoned)
         };
         let written = self.health.device_write_settled(DEVICE_WRITE_BOUND);
-        if !at_rest || !written {
+        // Freeing waits for every stream of the context: with another rank's
+        // stream there stuck, this rank must leak as well, or its drop would
+        // never return.
+        let context_at_rest = at_rest
+            && self
+                .shared
+                .registration
+                .context_at_rest(&self.stream, self.rest_bound());
+        if !written || !context_at_rest {
             self.leak_everything();
         }
     }
