@@ -87,7 +87,8 @@ mod vocab;
 mod window;
 
 pub use comm::{
-    Captured, Fallback, Join, Lifeline, Options, ProcessSpec, RankComm, Select, WindowBuffer, World,
+    Captured, EngineNccl, Fallback, Join, Lifeline, Options, ProcessSpec, RankComm, Select,
+    WindowBuffer, World,
 };
 /// The cudarc this crate was built with (0.19), so that an engine names the
 /// same `CudaStream`, `CudaView` and NCCL types that [`RankComm`] takes. Which

@@ -145,6 +145,10 @@ pub(crate) struct NcclComm {
     /// ([`NcclComm::init_all`]): a healthy teardown destroys without an
     /// explicit finalize (see [`Way::Destroy`]).
     local_group: bool,
+    /// The engine's communicator ([`NcclComm::borrow`]): a healthy end
+    /// hands it back untouched; a broken world still aborts it (only an
+    /// abort ends NCCL kernels waiting for a peer that will never come).
+    borrowed: bool,
 }
 
 // SAFETY: the raw communicator is only ever used under `handle`'s lock, by one
@@ -432,7 +436,53 @@ impl NcclComm {
             abort_on_drop: false,
             call_bound: DEFAULT_CALL_BOUND,
             local_group: false,
+            borrowed: false,
         }
+    }
+
+    /// The engine's own communicator, used by this rank for its NCCL calls
+    /// and rounds without owning it: checked to be rank `rank` of `world` on
+    /// `ctx`'s device. Its healthy end leaves it to the engine.
+    ///
+    /// # Safety
+    /// `comm` is a live NCCL communicator that stays live while this rank (or
+    /// a graph captured on it) exists, and that no other thread uses while a
+    /// call of this rank runs (NCCL forbids concurrent use of a communicator).
+    pub(crate) unsafe fn borrow(
+        ctx: &Arc<CudaContext>,
+        comm: sys::ncclComm_t,
+        rank: usize,
+        world: usize,
+    ) -> Result<NcclComm> {
+        ffi::require_nccl()?;
+        if comm.is_null() {
+            return Err(Error::Unsupported(
+                "the engine's NCCL communicator is null".into(),
+            ));
+        }
+        let (mut count, mut user_rank, mut device) = (0, 0, 0);
+        // SAFETY: a live communicator (the caller's promise); each call writes one int.
+        unsafe {
+            check("ncclCommCount", sys::ncclCommCount(comm, &mut count))?;
+            check(
+                "ncclCommUserRank",
+                sys::ncclCommUserRank(comm, &mut user_rank),
+            )?;
+            check("ncclCommCuDevice", sys::ncclCommCuDevice(comm, &mut device))?;
+        }
+        check_borrowed(
+            (rank, world, ctx.ordinal()),
+            (user_rank as usize, count as usize, device as usize),
+        )?;
+        let mut borrowed = NcclComm::wrap(comm, rank);
+        borrowed.borrowed = true;
+        Ok(borrowed)
+    }
+
+    /// The raw communicator while it is live: the engine may issue its own
+    /// NCCL calls on it between this rank's calls.
+    pub(crate) fn raw(&self) -> Option<sys::ncclComm_t> {
+        self.handle.with_live(|comm| comm)
     }
 
     /// One communicator per device ordinal, ranks in the order given (a single
@@ -669,6 +719,10 @@ impl NcclComm {
                 Ended::Aborted
             };
         };
+        if healthy && self.borrowed {
+            // The engine's: it goes on using it.
+            return Ended::Released;
+        }
         let way = match (healthy, self.local_group) {
             (false, _) => Way::Abort,
             (true, false) => Way::Finalize,
@@ -921,6 +975,21 @@ impl NcclComm {
             other => Err(nccl_error("an earlier NCCL operation", other)),
         }
     }
+}
+
+/// Whether an engine's communicator is rank `want.0` of `want.1` ranks on
+/// device `want.2`, as NCCL says it is (`got`, in the same order).
+fn check_borrowed(want: (usize, usize, usize), got: (usize, usize, usize)) -> Result<()> {
+    if want == got {
+        return Ok(());
+    }
+    let (rank, world, device) = want;
+    let (their_rank, their_world, their_device) = got;
+    Err(Error::Mismatch(format!(
+        "the engine's NCCL communicator is rank {their_rank} of {their_world} on GPU \
+         {their_device}, not rank {rank} of {world} on GPU {device} as this rank was asked to \
+         be"
+    )))
 }
 
 /// The error of a call on a communicator that was aborted or released.
@@ -1235,6 +1304,24 @@ mod tests {
             bounded("colltune-test-quick", Duration::from_secs(5), || 7),
             Some(7)
         );
+    }
+
+    #[test]
+    fn a_borrowed_communicator_must_be_the_rank_it_is_asked_to_be() {
+        assert!(check_borrowed((1, 4, 0), (1, 4, 0)).is_ok());
+        for (got, names) in [
+            ((2, 4, 0), "rank 2 of 4 on GPU 0"),
+            ((1, 8, 0), "rank 1 of 8 on GPU 0"),
+            ((1, 4, 3), "rank 1 of 4 on GPU 3"),
+        ] {
+            let Err(Error::Mismatch(why)) = check_borrowed((1, 4, 0), got) else {
+                panic!("{got:?} was accepted");
+            };
+            assert!(
+                why.contains(names) && why.contains("not rank 1 of 4 on GPU 0"),
+                "{why}"
+            );
+        }
     }
 
     #[test]

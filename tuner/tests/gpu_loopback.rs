@@ -1619,6 +1619,153 @@ fn a_failed_call_marks_every_word_of_its_output() {
     suite.finish();
 }
 
+/// An engine's NCCL all-reduce of `n` ones (f32) on `comm` in place, on
+/// `stream`: Ok with every element equal to `world` ranks' sum.
+fn engine_all_reduce(
+    comm: kernels::cudarc::nccl::sys::ncclComm_t,
+    stream: &Arc<cudarc::driver::CudaStream>,
+    world: f32,
+) -> Result<(), String> {
+    use kernels::cudarc::nccl::{result, sys};
+    let n = 1024;
+    let mut data = stream
+        .clone_htod(&vec![1.0f32; n])
+        .map_err(|e| format!("{e:?}"))?;
+    {
+        let (ptr, _w) = cudarc::driver::DevicePtrMut::device_ptr_mut(&mut data, stream);
+        // SAFETY: a live communicator of the engine's (this thread is its only
+        // user now), an in-place all-reduce of `n` f32 on the stream.
+        unsafe {
+            result::all_reduce(
+                ptr as *const _,
+                ptr as *mut _,
+                n,
+                sys::ncclDataType_t::ncclFloat32,
+                sys::ncclRedOp_t::ncclSum,
+                comm,
+                stream.cu_stream() as sys::cudaStream_t,
+            )
+        }
+        .map_err(|e| format!("ncclAllReduce on the engine's communicator: {e:?}"))?;
+    }
+    let host = stream.clone_dtoh(&data).map_err(|e| format!("{e:?}"))?;
+    if host.iter().all(|&v| v == world) {
+        Ok(())
+    } else {
+        Err(format!("the engine's all-reduce gave {:?}", &host[..4]))
+    }
+}
+
+/// Living beside the engine's NCCL, in a world of one process (one GPU): an
+/// engine's own communicator lent with `Join::EngineNccl` runs the rank's
+/// NCCL calls and rounds, is the one `nccl_comm()` gives back, and is left to
+/// the engine when the world is dropped (its own all-reduce on it still works,
+/// and the engine destroys it); a communicator colltune formed is lent out
+/// through `nccl_comm()` for the engine's own calls. A communicator of another
+/// rank or size is refused by name.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn an_engines_nccl_communicator_is_lent_and_given_back() {
+    use kernels::cudarc::nccl::{result, sys};
+    use kernels::{EngineNccl, Join, NcclId, ProcessSpec};
+    let ctx = gpu();
+    let mut suite = Suite::new("the engine's NCCL");
+    let stream = ctx.new_stream().expect("a stream");
+    let engine_comm = |ranks: i32| {
+        ctx.bind_to_thread().expect("GPU 0's context");
+        let id = result::get_uniqueid().expect("an NCCL unique id");
+        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+        // SAFETY: writes one communicator.
+        unsafe { result::comm_init_rank(&mut comm, ranks, id, 0) }.expect("ncclCommInitRank");
+        comm
+    };
+    let comm = engine_comm(1);
+    let lent = (|| -> Result<(), String> {
+        // SAFETY: live until the test destroys it below; used by this thread only.
+        let join = Join::EngineNccl(unsafe { EngineNccl::from_raw(comm) });
+        let mut rank = World::process(
+            stream.clone(),
+            ProcessSpec::new(0, 1, join),
+            Options::default(),
+        )
+        .map_err(|e| format!("World::process with the engine's communicator: {e}"))?;
+        if rank.nccl_comm() != Some(comm) {
+            return Err(format!(
+                "nccl_comm() gave {:?}, not the engine's {comm:?}",
+                rank.nccl_comm()
+            ));
+        }
+        let input = stream
+            .clone_htod(&vec![2.0f32; 4096])
+            .map_err(|e| format!("{e:?}"))?;
+        let mut output = stream
+            .alloc_zeros::<f32>(4096)
+            .map_err(|e| format!("{e:?}"))?;
+        let ran = rank
+            .all_reduce(
+                &input.as_view(),
+                &mut output.as_view_mut(),
+                Select::Force(Algo::Nccl),
+            )
+            .map_err(|e| e.to_string())?;
+        rank.check().map_err(|e| e.to_string())?;
+        let host = stream.clone_dtoh(&output).map_err(|e| format!("{e:?}"))?;
+        if ran != Algo::Nccl || host.iter().any(|&v| v != 2.0) {
+            return Err(format!("{} ran, giving {:?}", ran.name(), &host[..4]));
+        }
+        drop(rank);
+        // The engine's communicator is still the engine's.
+        engine_all_reduce(comm, &stream, 1.0)
+    })();
+    suite.record("lent with Join::EngineNccl, given back on drop", lent);
+    // SAFETY: the engine's own communicator, no longer used by any rank.
+    let destroyed = unsafe { result::comm_destroy(comm) }
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"));
+    suite.record("the engine destroys its communicator", destroyed);
+
+    let other = engine_comm(1);
+    // Rank 0 of 1 lent where rank 0 of 2 is asked for: refused by name.
+    let refused = World::process(
+        stream.clone(),
+        ProcessSpec::new(
+            0,
+            2,
+            Join::EngineNccl(unsafe { EngineNccl::from_raw(other) }),
+        ),
+        Options::default(),
+    );
+    suite.record(
+        "a communicator of another size is refused",
+        match refused {
+            Err(Error::Mismatch(why))
+                if why.contains("rank 0 of 1") && why.contains("not rank 0 of 2") =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        },
+    );
+    // SAFETY: as above.
+    let _ = unsafe { result::comm_destroy(other) };
+
+    let own = (|| -> Result<(), String> {
+        let id = NcclId::new().map_err(|e| e.to_string())?;
+        let rank = World::process(
+            stream.clone(),
+            ProcessSpec::new(0, 1, Join::Nccl(id)),
+            Options::default(),
+        )
+        .map_err(|e| e.to_string())?;
+        let comm = rank
+            .nccl_comm()
+            .ok_or("a world joined through NCCL lends no communicator")?;
+        engine_all_reduce(comm, &stream, 1.0)
+    })();
+    suite.record("colltune's communicator lent out with nccl_comm()", own);
+    suite.finish();
+}
+
 /// Calls made before the mismatch: past 256, so the handshake's 8-bit call
 /// count has wrapped.
 const WARM_CALLS: usize = 300;

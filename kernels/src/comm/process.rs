@@ -71,7 +71,41 @@ pub enum Join {
     Files(PathBuf),
     /// The engine's own exchange. No NCCL, as with `Files`.
     Custom(Box<dyn Rendezvous>),
+    /// The engine's own exchange for the rounds, and NCCL formed from the
+    /// unique id every process received (through that exchange or any
+    /// other): a world that runs NCCL without NCCL carrying its rounds.
+    CustomWithNccl(Box<dyn Rendezvous>, NcclId),
+    /// The engine's own NCCL communicator, which this rank uses for its
+    /// NCCL calls and rounds instead of forming a second one (NCCL's buffers
+    /// again, hundreds of MiB at 8 ranks); see [`EngineNccl`].
+    EngineNccl(EngineNccl),
 }
+
+/// An engine's NCCL communicator lent to a rank ([`Join::EngineNccl`]). The
+/// engine keeps it and may go on using it between the rank's calls; a world
+/// that ends healthy leaves it untouched, and one that breaks (a fault ends
+/// the world for good) aborts it, since only an abort ends NCCL kernels that
+/// wait for a peer that will never come. It must be rank `rank` of
+/// `world_size` on the rank's GPU (checked), and colltune's bounds on NCCL
+/// (GPU.md, "Bounded waits") hold only for a non-blocking communicator
+/// (`ncclConfig_t::blocking = 0`): a blocking one's calls return only when
+/// NCCL is done.
+pub struct EngineNccl(cudarc::nccl::sys::ncclComm_t);
+
+impl EngineNccl {
+    /// # Safety
+    /// `comm` is a live NCCL communicator that stays live while the rank (and
+    /// every graph captured on it) exists, and that no other thread uses
+    /// while a call of the rank runs: NCCL forbids concurrent use of one
+    /// communicator.
+    pub unsafe fn from_raw(comm: cudarc::nccl::sys::ncclComm_t) -> EngineNccl {
+        EngineNccl(comm)
+    }
+}
+
+// SAFETY: a raw handle that the rank uses on one thread at a time (the
+// contract of `from_raw`).
+unsafe impl Send for EngineNccl {}
 
 /// This process's place in a world of processes.
 pub struct ProcessSpec {
@@ -440,17 +474,62 @@ fn join_world(
             Ok((None, Exchange::Other(Box::new(rendezvous)), via))
         }
         Join::Custom(rendezvous) => {
-            if (rendezvous.rank(), rendezvous.world_size()) != (rank, world) {
-                return Err(Error::Mismatch(format!(
-                    "the rendezvous is for rank {} of {}, the spec for rank {rank} of {world}",
-                    rendezvous.rank(),
-                    rendezvous.world_size()
-                )));
-            }
-            let via = rendezvous.describe();
+            let via = rendezvous_for(rendezvous.as_ref(), rank, world)?;
             Ok((None, Exchange::Other(rendezvous), via))
         }
+        Join::CustomWithNccl(rendezvous, id) => {
+            let via = rendezvous_for(rendezvous.as_ref(), rank, world)?;
+            let comm = NcclComm::init_rank(
+                ctx,
+                world,
+                rank,
+                &id,
+                options.join_timeout,
+                options.nccl_blocking,
+            )?;
+            Ok((
+                Some(comm),
+                Exchange::Other(rendezvous),
+                format!("{via} and NCCL"),
+            ))
+        }
+        Join::EngineNccl(EngineNccl(raw)) => {
+            // SAFETY: the contract of `EngineNccl::from_raw`.
+            let comm = unsafe { NcclComm::borrow(ctx, raw, rank, world) }?;
+            Ok((
+                Some(comm),
+                Exchange::Nccl,
+                "the engine's NCCL communicator".into(),
+            ))
+        }
     }
+}
+
+impl RankComm {
+    /// This rank's NCCL communicator, for the engine's own NCCL calls beside
+    /// colltune's (so that an engine needs no second communicator): the one
+    /// colltune formed, or the engine's from [`Join::EngineNccl`]. `None` in a
+    /// world without NCCL (a loopback world, one joined without an NCCL id)
+    /// and once it was aborted (a fault ended the world). The engine must
+    /// not use it while a call of this rank runs on another thread, nor
+    /// destroy it: the rank ends the one colltune formed when the rank and
+    /// every graph captured on it are gone.
+    pub fn nccl_comm(&self) -> Option<cudarc::nccl::sys::ncclComm_t> {
+        self.res.nccl_comm()?.raw()
+    }
+}
+
+/// How a rendezvous names itself, once it is checked to be for `rank` of
+/// `world`.
+fn rendezvous_for(rendezvous: &dyn Rendezvous, rank: usize, world: usize) -> Result<String> {
+    if (rendezvous.rank(), rendezvous.world_size()) != (rank, world) {
+        return Err(Error::Mismatch(format!(
+            "the rendezvous is for rank {} of {}, the spec for rank {rank} of {world}",
+            rendezvous.rank(),
+            rendezvous.world_size()
+        )));
+    }
+    Ok(rendezvous.describe())
 }
 
 fn decide(hellos: &[Digest], rows: &[Digest], world: usize) -> Result<Decision> {
