@@ -42,6 +42,11 @@ case "$work/" in
   "$repo"/*) echo "package-check: the temporary folder $work is inside the repository; set TMPDIR elsewhere" >&2; exit 1 ;;
 esac
 
+# Where the engine's build and the publish check compile: a temporary folder,
+# or PACKAGE_CHECK_TARGET (CI keeps it between runs, so the crates.io
+# dependencies are compiled once per machine, not once per run).
+build_targets="${PACKAGE_CHECK_TARGET:-$work}"
+
 fail() {
   echo "package-check: $*" >&2
   exit 1
@@ -157,7 +162,7 @@ EOF
   cd "$engine"
   # Nothing from the environment may point the build back at the repository.
   unset CARGO_TARGET_DIR CARGO_BUILD_TARGET_DIR RUSTFLAGS
-  if cargo test --offline --target-dir "$work/target" >"$work/test.log" 2>&1; then
+  if cargo test --offline --target-dir "$build_targets/target" >"$work/test.log" 2>&1; then
     grep -E '^test (result|[a-z_]+ \.\.\.)' "$work/test.log"
   else
     cat "$work/test.log" >&2
@@ -174,7 +179,7 @@ if [ -z "${PACKAGE_CHECK_NO_PUBLISH:-}" ]; then
   echo "== cargo publish --dry-run (${crates[*]} colltune-tuner)"
   publish_args=()
   for crate in "${crates[@]}" colltune-tuner; do publish_args+=(-p "$crate"); done
-  if ! cargo publish --dry-run --locked --allow-dirty --target-dir "$work/publish-target" \
+  if ! cargo publish --dry-run --locked --allow-dirty --target-dir "$build_targets/publish-target" \
     "${publish_args[@]}" >"$work/publish.log" 2>&1; then
     cat "$work/publish.log" >&2
     fail "cargo publish --dry-run failed"
