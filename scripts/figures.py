@@ -165,6 +165,16 @@ def startup(path, link):
     return table(header, rows) + f"\n\nData: {link(path)}."
 
 
+def headline(link):
+    algos = bench(X2)[("all_reduce", "bf16", "graph", 4 * KIB)]
+    algo, ours = best(algos)
+    return (
+        f"**{ours / algos['nccl']:.2f}× NCCL's time**: on 2 × H200 over NVLink, a 4 KiB bf16 all-reduce replayed in a CUDA graph "
+        f"takes {ours:.2f} µs with colltune's `{algo}` and {algos['nccl']:.2f} µs with NCCL 2.28.3, timed in the same "
+        f"process (nvidia-h200-x2, 2026-12-01; data: {link(X2)}; every size in {link('docs/results.md')})."
+    )
+
+
 # ---------------------------------------------------------------------------
 # The blocks.
 
@@ -188,6 +198,7 @@ def ab_runs(folder, labels):
 
 
 BLOCKS = {
+    "headline": headline,
     "x2-all-reduce": lambda link: bench_table(X2, "all_reduce", OCTAVES4, link),
     "x2-all-gather": lambda link: bench_table(X2, "all_gather", OCTAVES4[:-2], link),
     "x2-all-reduce-eager": lambda link: bench_table(X2, "all_reduce", [4 * KIB, MIB, 16 * MIB], link, mode="eager"),
