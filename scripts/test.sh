@@ -24,9 +24,9 @@ export LD_LIBRARY_PATH="$nvrtc_dir/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRAR
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
-# The figures README, GUIDE and GPU.md quote, recomputed from the committed
-# CSVs and logs: docs and data must not drift apart.
-python3 scripts/check-figures.py || status=1
+# The documents' measured tables, rendered again from the committed CSVs and
+# logs: docs and data must not drift apart.
+python3 scripts/figures.py --check || status=1
 cargo test --workspace --all-targets --no-fail-fast "$@" 2>&1 | tee "$log" || status=1
 # Doc tests (not part of --all-targets).
 cargo test --workspace --doc --no-fail-fast "$@" 2>&1 | tee -a "$log" || status=1

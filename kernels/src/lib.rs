@@ -93,7 +93,7 @@ pub use comm::{
 /// The cudarc this crate was built with (0.19), so that an engine names the
 /// same `CudaStream`, `CudaView` and NCCL types that [`RankComm`] takes. Which
 /// loading mode and CUDA and NCCL versions it binds is the final binary's
-/// choice: see this crate's features and the README's engine section.
+/// choice: see this crate's features and the repository's docs/engine.md.
 pub use cudarc;
 pub use device::{open_device, visible_gpus};
 pub use element::Element;

@@ -547,7 +547,7 @@ fn a_soak_across_the_sequence_counter_wrap_is_exact() {
 #[ignore = "needs 2 CUDA GPUs: run scripts/gpu-run.sh on a GPU machine"]
 fn the_full_soak_of_100000_replays_across_gpus() {
     // Issue 9's soak: must pass in under 5 minutes on two H200s. Its `soak:`
-    // line is what kernels/GPU.md records.
+    // line is what docs/results.md records.
     let Some(_) = two_gpus("the_full_soak_of_100000_replays_across_gpus") else {
         return;
     };

@@ -37,7 +37,7 @@ pub const DEFAULT_SHARED_BLOCKS: u32 = 32;
 
 /// Default threads per block for a world of `world` ranks: the largest block
 /// its build allows, 1024 for a world of two and 512 otherwise (the measured
-/// choice: kernels/GPU.md, "Launch shape").
+/// choice: docs/results.md, "Launch shape at world size 2").
 pub const fn default_threads(world: usize) -> u32 {
     max_threads(world)
 }

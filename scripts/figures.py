@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""Renders the measured tables of the documents from the committed data.
+
+A document holds blocks
+
+    <!-- figures:NAME -->
+    (generated)
+    <!-- /figures -->
+
+and BLOCKS below says what each NAME is rendered from. Prose around a block
+names runs and says what they mean; the figures are the block's.
+
+    scripts/figures.py --check    # fail naming every block that differs from its data (scripts/test.sh)
+    scripts/figures.py --write    # rewrite every block from its data
+"""
+
+import csv
+import difflib
+import os
+import re
+import sys
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+DOCS = ["README.md", "docs/results.md", "kernels/GPU.md", "tuner/GUIDE.md"]
+BLOCK = re.compile(r"(<!-- figures:([\w-]+) -->\n)(.*?)(<!-- /figures -->)", re.DOTALL)
+KIB, MIB = 1024, 1024 * 1024
+NCCLS = ("nccl", "nccl_symmetric")
+
+
+def read(relative):
+    with open(os.path.join(ROOT, relative), encoding="utf-8") as f:
+        return f.read()
+
+
+def size(nbytes):
+    for unit, name in ((MIB, "MiB"), (KIB, "KiB")):
+        if nbytes >= unit and nbytes % unit == 0:
+            return f"{nbytes // unit} {name}"
+    return f"{nbytes} B"
+
+
+def table(header, rows):
+    lines = [header, ["---"] * len(header)] + rows
+    return "\n".join("| " + " | ".join(str(c) for c in line) + " |" for line in lines)
+
+
+def bench(path):
+    """A `tuner bench` CSV: {(collective, dtype, mode, bytes): {algo: median µs, or None if declined}}."""
+    rows = {}
+    for r in csv.DictReader(read(path).splitlines()):
+        key = (r["collective"], r["dtype"], r["mode"], int(r["bytes"]))
+        rows.setdefault(key, {})[r["algo"]] = float(r["median_us"]) if r["status"] == "ok" else None
+    return rows
+
+
+def best(algos):
+    """(algo, median) of the fastest custom algorithm, or (None, None)."""
+    return min(((m, a) for a, m in algos.items() if a not in NCCLS and m is not None), default=(None, None))[::-1]
+
+
+def mean(values):
+    return sum(values) / len(values)
+
+
+# ---------------------------------------------------------------------------
+# Renderers: each returns Markdown; `link(path)` links a data file from the document.
+
+
+def bench_table(path, collective, sizes, link, algos=None, dtype="bf16", mode="graph"):
+    data = bench(path)
+    shown = algos or list(dict.fromkeys(a for k, v in data.items() if k[0] == collective for a in v if a not in NCCLS))
+    rows = []
+    for nbytes in sizes:
+        cells = data[(collective, dtype, mode, nbytes)]
+        fastest = min((cells[a], a) for a in shown if cells.get(a) is not None)
+        times = [("declined" if cells.get(a) is None else f"{cells[a]:.2f}") for a in shown]
+        times = [f"**{t}**" if a == fastest[1] and len(shown) > 1 else t for a, t in zip(shown, times)]
+        rows.append([size(nbytes), f"{cells['nccl']:.2f}", *times, f"{fastest[0] / cells['nccl']:.2f}"])
+    ratio = f"{shown[0]} / NCCL" if len(shown) == 1 else "best / NCCL"
+    caption = f"{dtype} {collective.replace('_', '-')}, {mode}, median µs per call. Data: {link(path)}."
+    return table(["output size", "NCCL", *shown, ratio], rows) + "\n\n" + caption
+
+
+def history(steps, collective, sizes, link):
+    """One row per run: the fastest custom algorithm's median (and its ratio to NCCL) at each size."""
+    rows = []
+    for label, path in steps:
+        data = bench(path)
+        cells = []
+        for nbytes in sizes:
+            algos = data[(collective, "bf16", "graph", nbytes)]
+            cells.append(f"{best(algos)[1]:.2f} ({best(algos)[1] / algos['nccl']:.2f})")
+        rows.append([label, link(path), *cells])
+    return table(["step", "data", *map(size, sizes)], rows)
+
+
+def ab(variants, series, sizes, link):
+    """Rows: each (collective, mode, algo) at each size; columns: each variant's
+    median µs (the mean of its runs; algo "best": its fastest custom algorithm), with
+    its change against the first variant."""
+    runs = [(label, [bench(p) for p in paths]) for label, paths in variants]
+    rows = []
+    for collective, mode, algo in series:
+        for nbytes in sizes:
+            key = (collective, "bf16", mode, nbytes)
+            per = []
+            for _, rs in runs:
+                times = {a: mean([r[key][a] for r in rs]) for a in rs[0][key] if all(r[key][a] is not None for r in rs)}
+                per.append(best(times)[1] if algo == "best" else times.get(algo))
+            if None in per:  # declined in a variant: nothing to compare
+                continue
+            cells = [f"{per[0]:.2f}"] + [f"{v:.2f} ({(v / per[0] - 1) * 100:+.1f}%)" for v in per[1:]]
+            rows.append([f"{collective.replace('_', '-')} {algo}", mode, size(nbytes), *cells])
+    folders = sorted({os.path.dirname(p) for _, paths in variants for p in paths})
+    caption = f"bf16, median µs per call. Data: {', '.join(link(f) for f in folders)}."
+    return table(["call", "mode", "size", *(label for label, _ in variants)], rows) + "\n\n" + caption
+
+
+VERIFY = re.compile(r"^(\S+ ws\d+ \S+ \S+): (\d+) held-out sizes, regret median ([\d.]+%).*worst ([\d.]+%) .*— (\w+)$")
+WORST_AT = re.compile(r"^  at (\S+): chose (\S+) .*, best (\S+) ")
+
+
+def verify(path, link):
+    """A `tuner verify` log: one row per key, with where its worst regret was."""
+    rows, lines = [], read(path).splitlines()
+    for i, line in enumerate(lines):
+        if m := VERIFY.match(line):
+            at = WORST_AT.match(lines[i + 1]) if i + 1 < len(lines) else None
+            where = f"{at[1]}: {at[2]}, not {at[3]}" if at else "–"
+            rows.append([m[1], m[2], m[3], m[4], where, m[5]])
+    verdict = [line for line in lines if re.match(r"^(PASS|FAIL|INCONCLUSIVE) ", line)]
+    if not rows or len(verdict) != 1:
+        raise ValueError(f"{path}: {len(rows)} key lines and {len(verdict)} verdict lines")
+    header = ["key", "held-out sizes", "median regret", "worst regret", "worst at: chosen, not the fastest", "verdict"]
+    return table(header, rows) + f"\n\n`{verdict[0]}`. Log: {link(path)}."
+
+
+def excerpt(paths, patterns, link):
+    """The lines of logs that match any of `patterns`, verbatim (after the log's name, for several)."""
+    paths = [paths] if isinstance(paths, str) else paths
+    lines = [
+        (f"{os.path.basename(path)}: " if len(paths) > 1 else "") + line
+        for path in paths
+        for line in read(path).splitlines()
+        if any(re.search(p, line) for p in patterns)
+    ]
+    if not lines:
+        raise ValueError(f"no line of {paths} matches {patterns}")
+    return "```text\n" + "\n".join(lines) + f"\n```\n\nFrom {', '.join(map(link, paths))}."
+
+
+def startup(path, link):
+    """`startup` lines: one row per world built, ranks with the same figures merged."""
+    rows = []
+    for line in read(path).splitlines():
+        if line.startswith("STARTUP "):
+            kind, *fields = line.split()[1:]
+            f = dict(x.split("=") for x in fields)
+            row = [kind, f["world"], f["rank"], f["build"], f["kernels"], f["world_ms"], f["obtain_ms"], f["load_ms"], f["rest_ms"]]
+            if rows and rows[-1][:2] + rows[-1][3:] == row[:2] + row[3:]:
+                rows[-1][2] += f", {row[2]}"
+            else:
+                rows.append(row)
+    header = ["world", "ranks", "rank", "build", "kernels", "world_ms", "obtain_ms", "load_ms", "rest_ms"]
+    return table(header, rows) + f"\n\nData: {link(path)}."
+
+
+def headline(link):
+    algos = bench(X2)[("all_reduce", "bf16", "graph", 4 * KIB)]
+    algo, ours = best(algos)
+    return (
+        f"**{ours / algos['nccl']:.2f}× NCCL's time**: on 2 × H200 over NVLink, a 4 KiB bf16 all-reduce replayed in a CUDA graph "
+        f"takes {ours:.2f} µs with colltune's `{algo}` and {algos['nccl']:.2f} µs with NCCL 2.28.3, timed in the same "
+        f"process (nvidia-h200-x2, 2026-12-01; data: {link(X2)}; every size in {link('docs/results.md')})."
+    )
+
+
+# ---------------------------------------------------------------------------
+# The blocks.
+
+X2 = "kernels/bench/h200-x2.csv"
+X4 = "kernels/bench/h200-x4.csv"
+RUNS = "kernels/bench/runs/"
+DAY1 = RUNS + "2026-12-01-h200-1gpu/"
+DAY2 = RUNS + "2026-12-02-h200-1gpu/"
+OCTAVES4 = [4 * KIB, 64 * KIB, 256 * KIB, MIB, 2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB, 32 * MIB, 64 * MIB]
+QUARTERS = [4 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB]
+LARGE = [MIB, 2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB, 32 * MIB, 64 * MIB]
+SOAK = [r"^\s*soak: replays="]
+
+
+def ab_runs(folder, labels):
+    """The variants of a `scripts/gpu-ab.sh` folder, whose run N (`ab-N.csv`) is of variant labels[N]."""
+    out = {}
+    for n, label in enumerate(labels):
+        out.setdefault(label, []).append(f"{folder}ab-{n}.csv")
+    return list(out.items())
+
+
+BLOCKS = {
+    "headline": headline,
+    "x2-all-reduce": lambda link: bench_table(X2, "all_reduce", OCTAVES4, link),
+    "x2-all-gather": lambda link: bench_table(X2, "all_gather", OCTAVES4[:-2], link),
+    "x2-all-reduce-eager": lambda link: bench_table(X2, "all_reduce", [4 * KIB, MIB, 16 * MIB], link, mode="eager"),
+    "x2-steps": lambda link: history(
+        [
+            ("per-W builds, UNROLL × W packs in flight, one block per SM, store-based two-shot, own slot skipped", RUNS + "h200-x2-step1.csv"),
+            ("push re-arms the previous buffer before polling", RUNS + "h200-x2-before-pdl.csv"),
+            ("programmatic dependent launch", RUNS + "h200-x2-pdl.csv"),
+            ("`two_shot_push` (barrier-free two-shot)", RUNS + "h200-x2-512-threads.csv"),
+            ("world size 2: blocks of 1024 threads, one pack per thread per step", RUNS + "h200-x2-1024-threads.csv"),
+            ("world size 2: warps dealt to blocks from 8 KiB to 8 MiB per rank", X2),
+        ],
+        "all_reduce",
+        [4 * KIB, 64 * KIB, MIB, 8 * MIB, 16 * MIB, 64 * MIB],
+        link,
+    ),
+    "x2-pdl": lambda link: ab(
+        [("off", [RUNS + "ab-2026-11-30/nopdl.csv"]), ("on", [RUNS + "ab-2026-11-30/pdl.csv"])],
+        [("all_reduce", "graph", "best"), ("all_reduce", "eager", "best")],
+        [4 * KIB, 256 * KIB, 2 * MIB, 8 * MIB, 32 * MIB],
+        link,
+    ),
+    "x2-launch-shape": lambda link: ab(
+        [("512 × 4 packs", [RUNS + "ab-2026-12-01/r2-t512-ab-0.csv"])]
+        + [(f"512 × {n}", [RUNS + f"ab-2026-12-01/r2-t512-ab-{i}.csv"]) for i, n in ((1, 2), (2, 1))]
+        + [(f"1024 × {n}", [RUNS + f"ab-2026-12-01/r3-ab-{i}.csv"]) for i, n in ((4, 2), (5, 1))],
+        [("all_reduce", "graph", "best")],
+        LARGE,
+        link,
+    ),
+    "x2-deal": lambda link: ab(
+        [
+            ("numbered block by block", [RUNS + "ab-2026-12-01/r4-base.csv", RUNS + "ab-2026-12-01/r4-base2.csv"]),
+            ("dealt", [RUNS + "ab-2026-12-01/r4-deal.csv", RUNS + "ab-2026-12-01/r4-deal2.csv"]),
+        ],
+        [(c, "graph", a) for c in ("all_reduce", "all_gather") for a in ("best", "one_shot_pull")],
+        [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB],
+        link,
+    ),
+    "x2-ncu": lambda link: excerpt([RUNS + f"ab-2026-12-01/r1-ncu-base-{i}.txt" for i in (0, 1)], [r"__"], link),
+    "x2-verify": lambda link: verify("tuner/runs/2026-12-01-h200-x2/verify-ws2-final.log", link),
+    "x2-verify-published": lambda link: verify("tuner/runs/2026-11-30-h200-x2/verify-published.log", link),
+    "x2-sweep": lambda link: excerpt("tuner/runs/2026-12-01-h200-x2/sweep-ws2-final.log", [r"^wrote "], link),
+    "x2-soak": lambda link: excerpt(RUNS + "gpu_processes-h200-x2-dealt.log", SOAK + [r"^test ", r"left \("], link),
+    "x2-suites": lambda link: excerpt(
+        [RUNS + f"{t}-h200-x2-dealt.log" for t in ("kernels_unit", "nvrtc_compile", "gpu_loopback", "gpu_devices", "gpu_processes")],
+        [r"^test result:"],
+        link,
+    ),
+    "x4-all-reduce": lambda link: bench_table(X4, "all_reduce", QUARTERS, link),
+    "x4-all-gather": lambda link: bench_table(X4, "all_gather", QUARTERS[:-1], link),
+    "x4-verify": lambda link: verify("tuner/runs/2026-11-30-h200-x4-2/verify4.log", link),
+    "x4-verify-published": lambda link: verify("tuner/runs/2026-11-30-h200-x4-2/verify4-pub.log", link),
+    "x4-sweep": lambda link: excerpt("tuner/runs/2026-11-30-h200-x4-2/sweep4.log", [r"^wrote "], link),
+    "x4-soak": lambda link: excerpt(RUNS + "soak-h200-x4.log", SOAK, link),
+    "x4-suites": lambda link: excerpt([RUNS + f"{t}-h200-x4.log" for t in ("gpu_devices", "gpu_processes")], [r"^test result:"], link),
+    "day1-recipe": lambda link: excerpt(DAY1 + "run.log", [r": exit \d+ in "], link),
+    "day1-steps": lambda link: ab(
+        ab_runs(DAY1 + "ab-steps-fix/", ["before the rewrite", "rewrite", "fix"] * 2),
+        [("all_reduce", "graph", a) for a in ("one_shot_push", "one_shot_pull", "two_shot_pull", "two_shot_push")],
+        [4 * KIB, 16 * MIB],
+        link,
+    ),
+    "day1-nccl-symmetric": lambda link: bench_table(
+        DAY1 + "nccl-symmetric/bench-w1.csv", "all_reduce", [KIB, MIB, 16 * MIB, 64 * MIB], link, algos=["nccl_symmetric"]
+    ),
+    "day2-checks": lambda link: ab(
+        ab_runs(
+            DAY2 + "ab-attribution/",
+            ["a84ce51", "warp vote", "a84ce51's CUDA", "no vote", "plain entry", "all three off", "warp vote", "a84ce51"],
+        ),
+        [("all_reduce", "graph", a) for a in ("one_shot_push", "one_shot_pull", "two_shot_pull", "two_shot_push", "nccl")],
+        [4 * KIB],
+        link,
+    ),
+    "startup": lambda link: startup(DAY2 + "startup/startup.txt", link),
+}
+
+
+def render(name, doc):
+    here = os.path.dirname(doc)
+    link = lambda p: f"[`{p}`]({os.path.relpath(p, here or '.')})"
+    return "\n" + BLOCKS[name](link) + "\n\n"
+
+
+def main():
+    if sys.argv[1:] not in (["--check"], ["--write"]):
+        print(__doc__, file=sys.stderr)
+        return 2
+    write = sys.argv[1] == "--write"
+    problems, used = [], set()
+    for doc in DOCS:
+        text = read(doc)
+
+        def replace(m):
+            used.add(m[2])
+            if m[2] not in BLOCKS:
+                problems.append(f"{doc}: block `{m[2]}` is not in scripts/figures.py's BLOCKS")
+                return m[0]
+            try:
+                want = render(m[2], doc)
+            except Exception as e:  # a data file or a figure the block needs is missing
+                problems.append(f"{doc}: block `{m[2]}` cannot be rendered: {e!r}")
+                return m[0]
+            if m[3] != want and not write:
+                diff = difflib.unified_diff(m[3].splitlines(), want.splitlines(), "document", "data", lineterm="", n=0)
+                problems.append(f"{doc}: block `{m[2]}` differs from its data:\n" + "\n".join(list(diff)[2:12]))
+            return m[1] + want + m[4]
+
+        new = BLOCK.sub(replace, text)
+        if write and new != text:
+            with open(os.path.join(ROOT, doc), "w", encoding="utf-8") as f:
+                f.write(new)
+    problems += [f"block `{n}` is in no document" for n in BLOCKS if n not in used]
+    for p in problems:
+        print(f"figures: {p}", file=sys.stderr)
+    if problems:
+        print("figures: scripts/figures.py --write renders the blocks again; review the diff", file=sys.stderr)
+        return 1
+    print(f"figures: {len(used)} blocks {'written' if write else 'match the committed data'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
