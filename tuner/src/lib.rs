@@ -69,3 +69,23 @@ pub mod tuned_folder;
 pub mod verify;
 
 pub use clock::today_utc;
+
+/// Keeps NVLink multicast off in the tuner's process (`NCCL_NVLS_ENABLE=0`,
+/// `kernels::raw::keep_multicast_off`): it can take a shared host's GPUs out
+/// of service. Without the `gpu` feature the tuner runs no NCCL, so there is
+/// nothing to keep off.
+///
+/// # Safety
+/// Called first thing in `main`, before any thread exists (it may write the
+/// environment).
+pub unsafe fn keep_multicast_off() -> Result<(), String> {
+    #[cfg(feature = "gpu")]
+    {
+        // SAFETY: the caller's promise.
+        unsafe { kernels::raw::keep_multicast_off() }.map_err(|e| e.to_string())
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        Ok(())
+    }
+}

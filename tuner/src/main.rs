@@ -38,7 +38,7 @@ enum Command {
 
 fn main() -> ExitCode {
     // SAFETY: first thing in main, before any thread exists.
-    if let Err(why) = unsafe { kernels::raw::keep_multicast_off() } {
+    if let Err(why) = unsafe { tuner::keep_multicast_off() } {
         eprintln!("tuner: {why}");
         return ExitCode::from(2);
     }
