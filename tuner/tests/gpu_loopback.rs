@@ -602,7 +602,7 @@ fn windows_from_alloc_window_run_nccl_symmetric_in_place() {
         "past the window: plain NCCL",
         window_cases(&mut ranks[0], past, 0x5eff, Algo::Nccl),
     );
-    let mut shared = loopback(&ctx, 2);
+    let shared = loopback(&ctx, 2);
     suite.record(
         "a loopback world of 2 has no NCCL window",
         match shared[0].alloc_window::<bf16>(64) {
@@ -720,7 +720,7 @@ fn timeout_when_a_peer_never_launches() {
             timeout,
             ..Options::default()
         };
-        let mut ranks = World::loopback(ctx.clone(), 2, options).expect("world");
+        let ranks = World::loopback(ctx.clone(), 2, options).expect("world");
         let stream = ranks[0].stream().clone();
         let input = stream.alloc_zeros::<bf16>(4096).unwrap();
         let out_len = if collective == Collective::AllGather {
