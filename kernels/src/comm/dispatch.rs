@@ -34,6 +34,7 @@ impl RankComm {
         output: &mut CudaViewMut<T>,
         how: Select,
     ) -> Result<Algo> {
+        let _turn = self.turn("all_reduce")?;
         if input.len() != output.len() {
             return Err(Error::Mismatch(format!(
                 "all_reduce on rank {}: input has {} elements, output {}",
@@ -60,10 +61,12 @@ impl RankComm {
         buffer: &mut CudaViewMut<T>,
         how: Select,
     ) -> Result<Algo> {
+        let _turn = self.turn("all_reduce_in_place")?;
         self.reduce_in_place(buffer, how, Placement::Anywhere)
     }
 
-    /// In-place all-reduce of `buffer`, a call placed `placement`.
+    /// In-place all-reduce of `buffer`, a call placed `placement`, in the
+    /// caller's turn.
     pub(super) fn reduce_in_place<T: Element>(
         &self,
         buffer: &mut CudaViewMut<T>,
@@ -86,6 +89,7 @@ impl RankComm {
         output: &mut CudaViewMut<T>,
         how: Select,
     ) -> Result<Algo> {
+        let _turn = self.turn("all_gather")?;
         if output.len() != input.len() * self.world_size {
             return Err(Error::Mismatch(format!(
                 "all_gather on rank {}: output has {} elements, expected world size {} x input {}",
@@ -115,10 +119,13 @@ impl RankComm {
         buffer: &mut CudaViewMut<T>,
         how: Select,
     ) -> Result<Algo> {
-        self.gather_in_place(buffer, how, Placement::Anywhere, "all_gather_in_place")
+        let what = "all_gather_in_place";
+        let _turn = self.turn(what)?;
+        self.gather_in_place(buffer, how, Placement::Anywhere, what)
     }
 
-    /// In-place all-gather into `buffer`, a call of `what` placed `placement`.
+    /// In-place all-gather into `buffer`, a call of `what` placed
+    /// `placement`, in the caller's turn.
     pub(super) fn gather_in_place<T: Element>(
         &self,
         buffer: &mut CudaViewMut<T>,
@@ -207,12 +214,12 @@ impl RankComm {
         }
     }
 
-    /// Picks, declines, launches. Refuses at once while another thread is in
-    /// a call on this rank ([`Error::Busy`], breaking nothing) and on a rank
-    /// that knows of a fault; a launch that fails breaks the world (the peers
-    /// would wait for this rank's part).
+    /// Picks, declines, launches, in the caller's turn (every entry point
+    /// takes it first, so that a call refused with [`Error::Busy`] has done
+    /// nothing, not even recorded a tensor's event on the stream). Refuses at
+    /// once on a rank that knows of a fault; a launch that fails breaks the
+    /// world (the peers would wait for this rank's part).
     fn run(&self, request: Request, how: Select) -> Result<Algo> {
-        let _turn = self.turn(request.collective.name())?;
         self.known_fault()?;
         if request.bytes == 0 {
             // Nothing moves; every rank returns without launching.

@@ -382,6 +382,7 @@ impl RankComm {
         len: usize,
         how: Select,
     ) -> Result<Algo> {
+        let _turn = self.turn("all_reduce_window")?;
         let placement = self.placement_of(window, len, "all_reduce_window")?;
         self.reduce_in_place(&mut window.slice.slice_mut(..len), how, placement)
     }
@@ -398,6 +399,7 @@ impl RankComm {
         how: Select,
     ) -> Result<Algo> {
         let what = "all_gather_window";
+        let _turn = self.turn(what)?;
         let placement = self.placement_of(window, len, what)?;
         self.gather_in_place(&mut window.slice.slice_mut(..len), how, placement, what)
     }
