@@ -28,6 +28,10 @@ impl RankComm {
     /// kernels check it (block 0's handshake), and ranks whose calls differ
     /// get [`Error::Mismatch`](crate::error::Error::Mismatch) naming both calls; NCCL
     /// cannot tell.
+    ///
+    /// `how` is [`Select::Auto`] unless the engine forces something: the
+    /// tables pick for the mode the call is issued in (graph while this
+    /// rank's stream is being captured). The same holds for every collective.
     pub fn all_reduce<T: Element>(
         &self,
         input: &CudaView<T>,
