@@ -10,7 +10,8 @@
 #   .carry/bin/tests/<name>         every test target of `kernels` (the runtime's
 #                                   unit tests as kernels_unit, nvrtc_compile) and
 #                                   the GPU suites of `tuner` (gpu_loopback,
-#                                   gpu_devices, gpu_processes, gpu_windows, gpu_faults)
+#                                   gpu_devices, gpu_processes, gpu_windows, gpu_faults) and
+#                                   examples/engine's gpu_world
 #   .carry/bin/multiprocess         the one-process-per-rank example (gpu_processes drives it)
 #   .carry/bin/tuner                the tuner: `tuner bench`, and the sweep + verify + re-fit
 #   .carry/bin/startup              how long a World takes to build (kernels/examples/startup.rs,
@@ -40,6 +41,7 @@ test_executables() {
   test_executables -p colltune-kernels
   test_executables -p colltune-tuner --test gpu_loopback --test gpu_devices --test gpu_processes \
     --test gpu_windows --test gpu_faults
+  test_executables -p engine-example --test gpu_world
 } | while read -r exe; do
       base=$(basename "$exe")
       name=${base%-*}                 # strip cargo's hash suffix
@@ -59,7 +61,7 @@ if command -v strip >/dev/null; then
   strip --strip-debug "$out"/tests/* "$out/multiprocess" "$out/tuner" "$out/startup"
 fi
 
-for name in kernels_unit nvrtc_compile gpu_loopback gpu_devices gpu_processes gpu_windows gpu_faults; do
+for name in kernels_unit nvrtc_compile gpu_loopback gpu_devices gpu_processes gpu_windows gpu_faults gpu_world; do
   [ -x "$out/tests/$name" ] || { echo "gpu-build: no $out/tests/$name was built" >&2; exit 1; }
 done
 ls -l "$out" "$out/tests"

@@ -46,7 +46,7 @@ status=0
 summary=""
 ran_logs=()
 # Fast CPU and compile checks first, then the GPU suites.
-for name in kernels_unit nvrtc_compile gpu_processes gpu_loopback gpu_windows gpu_faults gpu_devices; do
+for name in kernels_unit nvrtc_compile gpu_processes gpu_loopback gpu_windows gpu_faults gpu_devices gpu_world; do
   [ -n "${SKIP_TESTS:-}" ] && break
   exe="$bin/tests/$name"
   [ -x "$exe" ] || { status=1; summary="$summary\n$name: MISSING from $bin/tests"; continue; }

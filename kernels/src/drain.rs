@@ -3,9 +3,11 @@
 //! peer never came) ends in an error; and keeping a rank's eager calls from
 //! queuing up behind such a hang until a launch blocks ([`InFlight`]).
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{CudaEvent, CudaStream};
+use cudarc::driver::{CudaEvent, CudaStream, sys};
 
 use crate::error::{DriverContext, Result};
 
@@ -76,15 +78,16 @@ pub(crate) const EAGER_IN_FLIGHT: u64 = MARK_EVERY * MARKS as u64;
 /// never that far behind, so the wait is a query of a completed event; the
 /// other calls cost an increment and a compare.
 pub(crate) struct InFlight {
-    calls: u64,
-    marks: Vec<Option<CudaEvent>>,
+    calls: AtomicU64,
+    /// Taken only by the call that records a mark.
+    marks: Mutex<Vec<Option<CudaEvent>>>,
 }
 
 impl InFlight {
     pub(crate) fn new() -> InFlight {
         InFlight {
-            calls: 0,
-            marks: (0..MARKS).map(|_| None).collect(),
+            calls: AtomicU64::new(0),
+            marks: Mutex::new((0..MARKS).map(|_| None).collect()),
         }
     }
 
@@ -93,49 +96,63 @@ impl InFlight {
     /// (about every 10 ms of the wait) ends the wait early with its error.
     #[inline]
     pub(crate) fn before_call(
-        &mut self,
+        &self,
         stream: &CudaStream,
         limit: Duration,
         poll: impl FnMut() -> Result<()>,
     ) -> Result<bool> {
-        self.calls = self.calls.wrapping_add(1);
-        if !self.calls.is_multiple_of(MARK_EVERY) {
+        let calls = self.calls.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        if !calls.is_multiple_of(MARK_EVERY) {
             return Ok(true);
         }
-        self.mark(stream, limit, poll)
+        self.mark(calls, stream, limit, poll)
     }
 
     #[cold]
     fn mark(
-        &mut self,
+        &self,
+        calls: u64,
         stream: &CudaStream,
         limit: Duration,
         poll: impl FnMut() -> Result<()>,
     ) -> Result<bool> {
         // A call issued into a capture is recorded, not run, and an event
         // recorded there cannot be waited for: no mark.
-        if stream
-            .capture_status()
-            .during("asking whether the stream is capturing")?
-            != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-        {
+        if capturing(stream)? {
             return Ok(true);
         }
-        let slot = ((self.calls / MARK_EVERY) % MARKS as u64) as usize;
-        if let Some(oldest) = &self.marks[slot]
+        let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = ((calls / MARK_EVERY) % MARKS as u64) as usize;
+        if let Some(oldest) = &marks[slot]
             && !wait_within(oldest, limit, poll)?
         {
             return Ok(false);
         }
-        match &self.marks[slot] {
+        match &marks[slot] {
             Some(mark) => mark.record(stream),
             None => stream.record_event(None).map(|mark| {
-                self.marks[slot] = Some(mark);
+                marks[slot] = Some(mark);
             }),
         }
         .during("recording an in-flight mark")?;
         Ok(true)
     }
+}
+
+/// Whether `stream` is being captured (or was, and the capture failed):
+/// one driver query (`cuStreamIsCapturing`), which CUDA allows during a
+/// capture.
+pub(crate) fn capturing(stream: &CudaStream) -> Result<bool> {
+    if stream.cu_stream().is_null() {
+        // A context's legacy default stream, which CUDA never captures.
+        return Ok(false);
+    }
+    // SAFETY: the stream is live (borrowed). No context needs binding: the
+    // handle names the stream and its context (cudarc's `capture_status`
+    // binds the context first, a second driver call).
+    let status = unsafe { cudarc::driver::result::stream::is_capturing(stream.cu_stream()) }
+        .during("asking whether the stream is being captured")?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
 #[cfg(test)]

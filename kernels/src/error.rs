@@ -64,6 +64,11 @@ pub enum Error {
         peer: usize,
         during: String,
     },
+    /// A call on a rank while another thread was in a call on the same rank
+    /// (a rank's calls must not overlap). It was refused before it did
+    /// anything, and breaks nothing; the ranks' sequences of calls now differ
+    /// unless the engine makes it again.
+    Busy { rank: usize, call: &'static str },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -128,6 +133,12 @@ impl fmt::Display for Error {
                 "rank {rank} stopped in {during}: rank {peer}, which it was waiting for, had \
                  failed first (rank {peer}'s error is the one to read); this world is unusable \
                  now: build a new one"
+            ),
+            Error::Busy { rank, call } => write!(
+                f,
+                "{call} on rank {rank} while another thread was in a call on this rank: a \
+                 rank's calls must not overlap (drive it from one thread at a time); refused \
+                 before it did anything"
             ),
         }
     }

@@ -39,9 +39,16 @@
 //! [`raw`] re-exports the few lower pieces the tuner's harness and the GPU
 //! tests need (library checks, device and link queries, the NVRTC build).
 //!
+//! The vocabulary an engine speaks is re-exported here ([`Algo`], [`Mode`],
+//! [`DType`], [`Query`], …, and the tables in use: [`use_tables`],
+//! [`tables_in_use`]), so `colltune-kernels` is the one dependency an engine
+//! needs to run collectives; they are `policy`'s own types, also reachable
+//! as [`kernels::policy`](crate::policy). An engine that compiles tables of
+//! its own with `include_tuned!` depends on `colltune-policy` too: the
+//! macro's code names `::policy`.
+//!
 //! ```no_run
 //! use kernels::{Options, Select, World};
-//! use policy::Mode;
 //!
 //! # fn main() -> kernels::Result<()> {
 //! // Checks the driver and the GPU first: without them, one error that says
@@ -49,16 +56,17 @@
 //! let ctx = kernels::open_device(0)?;
 //! // Two ranks on one GPU (a loopback world); `World::devices` takes one
 //! // stream per GPU instead.
-//! let mut ranks = World::loopback(ctx, 2, Options::default())?;
+//! let ranks = World::loopback(ctx, 2, Options::default())?;
 //! let mut tensors = Vec::new();
 //! for rank in &ranks {
 //!     let input = rank.stream().clone_htod(&[1.0f32; 1024]).expect("upload");
 //!     let output = rank.stream().alloc_zeros::<f32>(1024).expect("alloc");
 //!     tensors.push((input, output));
 //! }
-//! // Every rank issues the same call; `policy` picks the algorithm.
-//! for (rank, (input, output)) in ranks.iter_mut().zip(&mut tensors) {
-//!     let ran = rank.all_reduce(&input.as_view(), &mut output.as_view_mut(), Select::Policy(Mode::Eager))?;
+//! // Every rank issues the same call; `policy` picks the algorithm, from the
+//! // eager tables here and from the graph tables inside a capture.
+//! for (rank, (input, output)) in ranks.iter().zip(&mut tensors) {
+//!     let ran = rank.all_reduce(&input.as_view(), &mut output.as_view_mut(), Select::Auto)?;
 //!     println!("rank {} ran {}", rank.rank(), ran.name());
 //! }
 //! for rank in &ranks {
@@ -100,6 +108,16 @@ pub use element::Element;
 pub use error::{Error, Result};
 pub use module::{KernelCache, KernelOrigin, KernelStartup};
 pub use nccl::NcclId;
+/// `colltune-policy`, whole: what the re-exports below leave out (the
+/// built-in tables' `const fn`s, the override, the tables as data).
+pub use policy;
+/// The vocabulary of a call and of the tables (`policy`'s own types), and the
+/// tables in use: what an engine names to run collectives, from this one
+/// dependency.
+pub use policy::{
+    Algo, AlgoKind, Arch, Capacity, Collective, DType, Link, Mode, Query, TableKey, Tables,
+    TablesInUse, tables_in_use, use_tables,
+};
 pub use protocol::decline::Decline;
 pub use rendezvous::{FileRendezvous, Rendezvous};
 pub use selection::table_choice;

@@ -474,7 +474,7 @@ fn a_fault_only_the_host_knows_ends_the_peers_waits() {
         log_declines: false,
         ..Options::default()
     };
-    let mut ranks = loopback(&ctx, 2, options);
+    let ranks = loopback(&ctx, 2, options);
     let n = 8 * 1024;
     let inputs: Vec<_> = ranks.iter().map(|r| ones(r.stream(), n)).collect();
     let mut outs: Vec<_> = ranks.iter().map(|r| outputs(r.stream(), 2, n)).collect();
@@ -583,7 +583,7 @@ fn health_polled_while_nccl_is_aborted_across_gpus() {
         log_declines: false,
         ..Options::default()
     };
-    let mut ranks = World::devices(two_gpu_streams(), options).expect("a world of two GPUs");
+    let ranks = World::devices(two_gpu_streams(), options).expect("a world of two GPUs");
     let lifeline = ranks[0].lifeline();
     let stop = Arc::new(AtomicBool::new(false));
     let (live, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaContext;
-use gpu_common::{Case, NEEDS_GPU, Placement, Suite, eager, gpu, graph};
+use gpu_common::{Case, NEEDS_GPU, Placement, SendGraph, Suite, eager, gpu, graph};
 use half::{bf16, f16};
 use kernels::{Element, Error, Fallback, Options, RankComm, Select, World};
 use policy::{Algo, AlgoKind, Collective, DType, Mode};
@@ -602,7 +602,7 @@ fn windows_from_alloc_window_run_nccl_symmetric_in_place() {
         "past the window: plain NCCL",
         window_cases(&mut ranks[0], past, 0x5eff, Algo::Nccl),
     );
-    let mut shared = loopback(&ctx, 2);
+    let shared = loopback(&ctx, 2);
     suite.record(
         "a loopback world of 2 has no NCCL window",
         match shared[0].alloc_window::<bf16>(64) {
@@ -720,7 +720,7 @@ fn timeout_when_a_peer_never_launches() {
             timeout,
             ..Options::default()
         };
-        let mut ranks = World::loopback(ctx.clone(), 2, options).expect("world");
+        let ranks = World::loopback(ctx.clone(), 2, options).expect("world");
         let stream = ranks[0].stream().clone();
         let input = stream.alloc_zeros::<bf16>(4096).unwrap();
         let out_len = if collective == Collective::AllGather {
@@ -847,18 +847,26 @@ fn mismatched_arguments_are_errors_before_launch() {
     suite.finish();
 }
 
-/// `Select::Policy` asks the policy; `COLLTUNE_ALGO` overrides it, and a bad
-/// value is an error when the world is built.
+/// `Select::Policy` asks the policy for its mode, `Select::Auto` for the
+/// mode the call is issued in (eager here, graph in a capture);
+/// `COLLTUNE_ALGO` overrides both, and a bad value is an error when the
+/// world is built. (Which tables `Auto` reads where they differ:
+/// examples/engine's `gpu_world` test, whose tables differ by mode.)
 #[test]
 #[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
 fn policy_selection_and_override() {
     let ctx = gpu();
     let mut suite = Suite::new("policy");
     let mut ranks = loopback(&ctx, 2);
-    for mode in [Mode::Eager, Mode::Graph] {
+    for (how, mode) in [
+        (Select::Policy(Mode::Eager), Mode::Eager),
+        (Select::Policy(Mode::Graph), Mode::Graph),
+        (Select::Auto, Mode::Eager),
+        (Select::Auto, Mode::Graph),
+    ] {
         let case = Case {
             collective: Collective::AllReduce,
-            how: Select::Policy(mode),
+            how,
             per_rank: 2048,
             placement: Placement::OutOfPlace,
             seed: 9,
@@ -2082,6 +2090,128 @@ fn stalled_peer(ctx: &Arc<CudaContext>, world: usize) -> Result<(), String> {
             "the late rank got {other:?} after {late_in:?} (expected PeerFault within {timeout:?})"
         )),
     }
+}
+
+/// A rank's calls take `&self` and the rank is shared between threads, but
+/// its calls must not overlap: while one thread is inside `capture` on rank
+/// 0, another thread's all-reduce on rank 0 is refused with `Error::Busy`
+/// and breaks nothing (the capturing thread's own call inside the capture
+/// goes through); the graphs then compute the right sum, and once the
+/// capture is over the other thread's call on rank 0 runs.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn a_second_threads_call_is_refused_while_a_rank_is_in_a_call() {
+    let ctx = gpu();
+    let mut suite = Suite::new("one caller at a time");
+    let ranks = loopback(&ctx, 2);
+    suite.record("refused during a capture", one_caller_at_a_time(&ranks));
+    suite.finish();
+}
+
+fn one_caller_at_a_time(ranks: &[RankComm]) -> Result<(), String> {
+    use std::sync::mpsc::channel;
+    let err = |e: cudarc::driver::DriverError| format!("{e:?}");
+    let n = 4096;
+    let bound = Duration::from_secs(30);
+    // Each rank's input (its rank + 1 everywhere) and two outputs: one for the
+    // captured call, one for the eager call afterwards.
+    let mut tensors = Vec::new();
+    for rank in ranks {
+        let stream = rank.stream();
+        let input = stream
+            .clone_htod(&vec![(rank.rank() + 1) as f32; n])
+            .map_err(err)?;
+        let captured = stream.alloc_zeros::<f32>(n).map_err(err)?;
+        let eager = stream.alloc_zeros::<f32>(n).map_err(err)?;
+        tensors.push((input, captured, eager));
+    }
+    let [(in0, cap0, eager0), (in1, cap1, eager1)] = &mut tensors[..] else {
+        unreachable!("two ranks")
+    };
+    let (in0, in1) = (&*in0, &*in1);
+    let (rank0, rank1) = (&ranks[0], &ranks[1]);
+    let (inside, entered) = channel();
+    let (tried, verdict) = channel();
+    let (graph0, refused) = std::thread::scope(|s| {
+        let capturing = s.spawn(move || {
+            let mut ran = None;
+            let graph = rank0.capture(|r| {
+                inside.send(()).expect("the main thread waits");
+                verdict
+                    .recv_timeout(bound)
+                    .expect("the other thread's call returned");
+                ran = Some(r.all_reduce(&in0.as_view(), &mut cap0.as_view_mut(), Select::Auto)?);
+                Ok(())
+            });
+            graph.map(|g| (SendGraph(g), ran))
+        });
+        entered
+            .recv_timeout(bound)
+            .expect("rank 0's thread entered its capture");
+        let refused = s
+            .spawn(|| rank0.all_reduce(&in0.as_view(), &mut eager0.as_view_mut(), Select::Auto))
+            .join()
+            .expect("the other thread");
+        tried.send(()).expect("the capturing thread waits");
+        (capturing.join().expect("the capturing thread"), refused)
+    });
+    match refused {
+        Err(Error::Busy {
+            rank: 0,
+            call: "all_reduce",
+        }) => {}
+        other => {
+            return Err(format!(
+                "expected Error::Busy for rank 0's all_reduce, got {other:?}"
+            ));
+        }
+    }
+    let (graph0, ran0) = graph0.map_err(|e| format!("rank 0's capture: {e}"))?;
+    if ran0.is_none() {
+        return Err("rank 0's call inside its capture did not run".into());
+    }
+    rank0
+        .health()
+        .map_err(|e| format!("the refused call broke rank 0: {e}"))?;
+    let graph1 = rank1
+        .capture(|r| {
+            r.all_reduce(&in1.as_view(), &mut cap1.as_view_mut(), Select::Auto)
+                .map(drop)
+        })
+        .map_err(|e| format!("rank 1's capture: {e}"))?;
+    graph0
+        .0
+        .launch()
+        .map_err(|e| format!("rank 0's replay: {e}"))?;
+    graph1
+        .launch()
+        .map_err(|e| format!("rank 1's replay: {e}"))?;
+    // The capture is over: another thread's call on rank 0 runs now (rank 1
+    // makes the matching call from this thread).
+    let (other, mine) = std::thread::scope(|s| {
+        let other =
+            s.spawn(|| rank0.all_reduce(&in0.as_view(), &mut eager0.as_view_mut(), Select::Auto));
+        let mine = rank1.all_reduce(&in1.as_view(), &mut eager1.as_view_mut(), Select::Auto);
+        (other.join().expect("the other thread"), mine)
+    });
+    other.map_err(|e| format!("rank 0's call after the capture: {e}"))?;
+    mine.map_err(|e| format!("rank 1's call after the capture: {e}"))?;
+    for rank in ranks {
+        rank.check()
+            .map_err(|e| format!("rank {}: {e}", rank.rank()))?;
+    }
+    for (rank, (_, captured, eager)) in tensors.iter().enumerate() {
+        for (what, output) in [("replayed", captured), ("eager", eager)] {
+            let got = ranks[rank].stream().clone_dtoh(output).map_err(err)?;
+            if let Some(i) = got.iter().position(|&x| x != 3.0) {
+                return Err(format!(
+                    "rank {rank}, {what} call: element {i} is {}, not 1 + 2",
+                    got[i]
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A graph captured on a rank keeps the rank's buffers, mappings, kernels and

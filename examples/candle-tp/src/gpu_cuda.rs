@@ -15,20 +15,17 @@
 //! is captured once on candle's stream, with the communicator's launches
 //! inside, and replayed for every token.
 
-use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use candle_core::{
     CpuStorage, CudaStorage, CustomOp1, DType, Device, InplaceOp1, Layout, Shape, Tensor,
 };
+use colltune_candle::Comm;
+use colltune_candle::kernels::cudarc::driver::{CudaGraph, CudaSlice, CudaStream, CudaView, sys};
+use colltune_candle::kernels::cudarc::nccl::safe::{Comm as NcclComm, Id, ReduceOp};
+use colltune_candle::kernels::{self, Join, NcclId, Options, ProcessSpec, cudarc};
 use half::bf16;
-use kernels::cudarc;
-use kernels::cudarc::driver::{CudaGraph, CudaSlice, CudaStream, CudaView, sys};
-use kernels::cudarc::nccl::safe::{Comm, Id, ReduceOp};
-use kernels::{Join, NcclId, Options, ProcessSpec, RankComm, Select, World};
-use policy::Mode;
 
 use crate::cli::{JoinArg, Resolved, WorkerArgs};
 use crate::config::Config;
@@ -71,17 +68,20 @@ enum Kind {
     AllGather,
 }
 
-type RunFn<'a> = &'a dyn Fn(Kind, &CudaView<'_, bf16>, &mut CudaSlice<bf16>) -> Result<(), String>;
-
-/// A collective as a candle op: reads the (contiguous, bf16) input's device
-/// memory, allocates the output on the same stream and lets `run` fill it.
-struct CommOp<'a> {
-    kind: Kind,
+/// cudarc's NCCL, called directly (as candle's own multi-process example does).
+struct NcclBackend {
+    comm: NcclComm,
     world: usize,
-    run: RunFn<'a>,
 }
 
-impl CustomOp1 for CommOp<'_> {
+/// An NCCL collective as a candle op: reads the (contiguous, bf16) input's
+/// device memory, allocates the output on the same stream and runs NCCL.
+struct NcclOp<'a> {
+    kind: Kind,
+    on: &'a NcclBackend,
+}
+
+impl CustomOp1 for NcclOp<'_> {
     fn name(&self) -> &'static str {
         match self.kind {
             Kind::AllReduce => "all-reduce",
@@ -97,104 +97,56 @@ impl CustomOp1 for CommOp<'_> {
         let Some((start, end)) = l.contiguous_offsets() else {
             candle_core::bail!("{} needs a contiguous tensor", self.name());
         };
-        let src = s.as_cuda_slice::<bf16>()?.slice(start..end);
+        let src: CudaView<'_, bf16> = s.as_cuda_slice::<bf16>()?.slice(start..end);
         let n = end - start;
+        let world = self.on.world;
         let (out_len, shape) = match self.kind {
             Kind::AllReduce => (n, l.shape().clone()),
-            Kind::AllGather => (self.world * n, Shape::from((1, self.world * n))),
+            Kind::AllGather => (world * n, Shape::from((world, n))),
         };
         let dev = s.device.clone();
         // SAFETY: every element is written by the collective before it is read.
-        let mut dst = unsafe { dev.alloc::<bf16>(out_len)? };
-        (self.run)(self.kind, &src, &mut dst).map_err(cerr)?;
+        let mut dst: CudaSlice<bf16> = unsafe { dev.alloc::<bf16>(out_len)? };
+        match self.kind {
+            Kind::AllReduce => self.on.comm.all_reduce(&src, &mut dst, &ReduceOp::Sum),
+            Kind::AllGather => self.on.comm.all_gather(&src, &mut dst),
+        }
+        .map_err(|e| cerr(format!("NCCL: {e:?}")))?;
         Ok((CudaStorage::wrap_cuda_slice(dst, dev), shape))
-    }
-}
-
-/// cudarc's NCCL, called directly (as candle's own multi-process example does).
-struct NcclBackend {
-    comm: Comm,
-    world: usize,
-}
-
-impl NcclBackend {
-    fn run(&self, kind: Kind, x: &Tensor) -> candle_core::Result<Tensor> {
-        let run = |kind: Kind, src: &CudaView<'_, bf16>, dst: &mut CudaSlice<bf16>| {
-            match kind {
-                Kind::AllReduce => self.comm.all_reduce(src, dst, &ReduceOp::Sum),
-                Kind::AllGather => self.comm.all_gather(src, dst),
-            }
-            .map(|_| ())
-            .map_err(|e| format!("NCCL: {e:?}"))
-        };
-        x.apply_op1_no_bwd(&CommOp {
-            kind,
-            world: self.world,
-            run: &run,
-        })
     }
 }
 
 impl Collectives for NcclBackend {
     fn all_reduce(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.run(Kind::AllReduce, &x.contiguous()?)
-    }
-    fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.run(Kind::AllGather, &x.contiguous()?)
-    }
-}
-
-/// colltune: `kernels::RankComm`, every call chosen by `policy` for the mode
-/// it is issued in (graph while capturing, eager otherwise).
-struct ColltuneBackend {
-    rank: RefCell<RankComm>,
-    mode: Cell<Mode>,
-    ran: RefCell<BTreeSet<String>>,
-    world: usize,
-}
-
-impl ColltuneBackend {
-    fn run(&self, kind: Kind, x: &Tensor) -> candle_core::Result<Tensor> {
-        let run = |kind: Kind, src: &CudaView<'_, bf16>, dst: &mut CudaSlice<bf16>| {
-            let how = Select::Policy(self.mode.get());
-            let mut rank = self.rank.borrow_mut();
-            let mut out = dst.slice_mut(..);
-            let algo = match kind {
-                Kind::AllReduce => rank.all_reduce(src, &mut out, how),
-                Kind::AllGather => rank.all_gather(src, &mut out, how),
-            }
-            .map_err(|e| format!("colltune: {e}"))?;
-            let what = if kind == Kind::AllReduce {
-                "all_reduce"
-            } else {
-                "all_gather"
-            };
-            self.ran
-                .borrow_mut()
-                .insert(format!("{what}:{}", algo.name()));
-            Ok(())
+        let op = NcclOp {
+            kind: Kind::AllReduce,
+            on: self,
         };
-        x.apply_op1_no_bwd(&CommOp {
-            kind,
-            world: self.world,
-            run: &run,
-        })
+        x.contiguous()?.apply_op1_no_bwd(&op)
+    }
+    fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let op = NcclOp {
+            kind: Kind::AllGather,
+            on: self,
+        };
+        x.contiguous()?.apply_op1_no_bwd(&op)
     }
 }
 
-impl Collectives for ColltuneBackend {
+/// colltune's adapter; each call finds its mode (graph while capturing).
+impl Collectives for Comm {
     fn all_reduce(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.run(Kind::AllReduce, &x.contiguous()?)
+        Comm::all_reduce(self, x)
     }
     fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.run(Kind::AllGather, &x.contiguous()?)
+        Comm::all_gather(self, x)
     }
 }
 
 enum Backend {
     None(LocalCopy),
     Nccl(NcclBackend),
-    Colltune(Box<ColltuneBackend>),
+    Colltune(Box<Comm>),
 }
 
 impl Backend {
@@ -214,29 +166,20 @@ impl Backend {
         }
     }
 
-    fn set_mode(&self, mode: Mode) {
-        if let Backend::Colltune(c) = self {
-            c.mode.set(mode);
-        }
-    }
-
+    /// The algorithms colltune ran since the last call (`collective:algorithm`).
     fn take_algorithms(&self) -> Vec<String> {
-        match self {
-            Backend::Colltune(c) => std::mem::take(&mut *c.ran.borrow_mut())
-                .into_iter()
-                .collect(),
-            _ => Vec::new(),
-        }
+        let Backend::Colltune(c) = self else {
+            return Vec::new();
+        };
+        let ran = c.take_algorithms().into_iter();
+        ran.map(|(c, a)| format!("{}:{}", c.name(), a.name()))
+            .collect()
     }
 
     /// Waits for this back-end's work and surfaces a fault a peer caused.
     fn check(&self, stream: &CudaStream) -> Result<(), String> {
         match self {
-            Backend::Colltune(c) => c
-                .rank
-                .borrow()
-                .check()
-                .map_err(|e| format!("colltune: {e}")),
+            Backend::Colltune(c) => c.rank().check().map_err(|e| format!("colltune: {e}")),
             _ => stream
                 .synchronize()
                 .map_err(|e| format!("{}: the stream failed: {e}", self.name())),
@@ -392,7 +335,6 @@ impl Bench<'_> {
             Tensor::new(p.last_rows.as_slice(), dev).map_err(e)?,
         ];
 
-        backend.set_mode(Mode::Eager);
         let started = Instant::now();
         let mut next = self.prefill(&cache, comm, &inputs).map_err(e)?;
         for i in 0..self.warmup.max(1) {
@@ -406,10 +348,8 @@ impl Bench<'_> {
         }
         let graph = if mode == "graph" {
             let t = Instant::now();
-            backend.set_mode(Mode::Graph);
-            let g = capture(&self.stream, || decode_step(model, &cache, &statics, comm));
-            backend.set_mode(Mode::Eager);
-            let g = g.map_err(|err| format!("{what}: {err}"))?;
+            let g = capture(&self.stream, || decode_step(model, &cache, &statics, comm))
+                .map_err(|err| format!("{what}: {err}"))?;
             g.upload()
                 .map_err(|err| format!("{what}: uploading the graph: {err}"))?;
             if self.chatty {
@@ -556,7 +496,7 @@ pub fn worker(w: &WorkerArgs) -> Result<(), String> {
                     .ok_or("the nccl back-end needs --nccl-id")?;
                 let id = NcclId::from_hex(hex).map_err(|e| format!("--nccl-id: {e}"))?;
                 let id = Id::uninit(id.0.map(|b| b as std::ffi::c_char));
-                let comm = Comm::from_rank(stream.clone(), rank, world, id)
+                let comm = NcclComm::from_rank(stream.clone(), rank, world, id)
                     .map_err(|e| format!("NCCL communicator (ncclCommInitRank): {e:?}"))?;
                 Backend::Nccl(NcclBackend { comm, world })
             }
@@ -571,21 +511,11 @@ pub fn worker(w: &WorkerArgs) -> Result<(), String> {
                     ),
                     JoinArg::Files(dir) => Join::Files(dir.clone()),
                 };
-                let spec = ProcessSpec::new(rank, world, join).with_dtype(policy::DType::Bf16);
-                let comm = World::process(stream.clone(), spec, Options::default())
-                    .map_err(|e| format!("colltune communicator (World::process): {e}"))?;
-                println!(
-                    "rank {rank}: colltune on {} over {:?}, fallback {}",
-                    comm.arch(),
-                    comm.link(),
-                    comm.fallback_kind().describe()
-                );
-                Backend::Colltune(Box::new(ColltuneBackend {
-                    rank: RefCell::new(comm),
-                    mode: Cell::new(Mode::Eager),
-                    ran: RefCell::new(BTreeSet::new()),
-                    world,
-                }))
+                let spec = ProcessSpec::new(rank, world, join).with_dtype(kernels::DType::Bf16);
+                let comm =
+                    Comm::process(&device, spec, Options::default()).map_err(|e| e.to_string())?;
+                println!("rank {rank}: colltune {:?}", comm.rank());
+                Backend::Colltune(Box::new(comm))
             }
             other => return Err(format!("unknown back-end `{other}`")),
         };

@@ -21,7 +21,8 @@ use crate::weights::WeightSource;
 pub trait Collectives {
     /// Sums `x` over the ranks (every rank passes the same shape).
     fn all_reduce(&self, x: &Tensor) -> Result<Tensor>;
-    /// `x` is `[1, n]`; returns `[1, world * n]`, the ranks' parts in rank order.
+    /// `x` is `[1, n]`; returns `[world, n]`, the ranks' parts stacked in
+    /// rank order (as NCCL and colltune lay them out).
     fn all_gather(&self, x: &Tensor) -> Result<Tensor>;
 }
 
@@ -44,8 +45,8 @@ impl Collectives for LocalCopy {
         if self.world == 1 {
             return x.copy();
         }
-        let out = Tensor::zeros((1, self.world * n), x.dtype(), x.device())?;
-        out.slice_set(&x.contiguous()?, 1, self.rank * n)?;
+        let out = Tensor::zeros((self.world, n), x.dtype(), x.device())?;
+        out.slice_set(&x.contiguous()?, 0, self.rank)?;
         Ok(out)
     }
 }
@@ -301,6 +302,14 @@ impl RankModel {
 fn gather_vocab(logits: &Tensor, comm: &dyn Collectives, world: usize) -> Result<Tensor> {
     let (b, n) = logits.dims2()?;
     let gathered = comm.all_gather(&logits.reshape((1, b * n))?)?;
+    if gathered.dims() != [world, b * n] {
+        candle_core::bail!(
+            "an all-gather of [1, {}] over {world} ranks gave {:?}, not [{world}, {}]",
+            b * n,
+            gathered.dims(),
+            b * n
+        );
+    }
     if world == 1 {
         return gathered.reshape((b, n));
     }
@@ -376,7 +385,7 @@ pub mod tests {
             let n = all[0].len();
             let cat: Vec<f32> = all.concat();
             assert_eq!(cat.len(), n * self.world);
-            Tensor::from_vec(cat, (1, n * self.world), x.device())?.to_dtype(x.dtype())
+            Tensor::from_vec(cat, (self.world, n), x.device())?.to_dtype(x.dtype())
         }
     }
 
@@ -531,6 +540,40 @@ pub mod tests {
         let model = cpu_model(&cfg, 0, 1, DType::F32, 10);
         let alone = decode(&model, &LocalCopy { rank: 0, world: 1 }, &prompt, 1);
         assert_eq!(alone.tokens, reference.tokens);
+    }
+
+    /// A back-end whose all-gather lays the parts out in one row.
+    struct OneRow(LocalCopy);
+
+    impl Collectives for OneRow {
+        fn all_reduce(&self, x: &Tensor) -> Result<Tensor> {
+            self.0.all_reduce(x)
+        }
+
+        fn all_gather(&self, x: &Tensor) -> Result<Tensor> {
+            self.0.all_gather(x)?.reshape((1, ()))
+        }
+    }
+
+    #[test]
+    fn an_all_gather_of_another_shape_is_an_error() {
+        let cfg = Config::tiny();
+        let model = cpu_model(&cfg, 1, 2, DType::F32, 10);
+        let cache = model.new_cache(1).unwrap();
+        let dev = &model.device;
+        let tokens = Tensor::new(&[[3u32]], dev).unwrap();
+        let positions = Tensor::new(&[[0u32]], dev).unwrap();
+        let comm = OneRow(LocalCopy { rank: 1, world: 2 });
+        let refused = model
+            .forward(&tokens, &positions, None, &cache, &comm)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("not [2, "), "{refused}");
+        // The same model with the contract's layout runs.
+        let comm = LocalCopy { rank: 1, world: 2 };
+        model
+            .forward(&tokens, &positions, None, &cache, &comm)
+            .unwrap();
     }
 
     #[test]

@@ -8,9 +8,16 @@
 //! - [`tables`]: `policy::include_tuned!("tuned")`, checked at compile time like
 //!   `policy`'s own tables (a gap, an overlap or a violated `[[assert]]` does
 //!   not build);
-//! - [`init`]: hand the tables to `kernels` once, before the first communicator.
+//! - [`init`]: hand the tables to `kernels` once, before the first communicator;
+//! - each collective is one line, `rank.all_reduce(&x, &mut y, Select::Auto)`,
+//!   which reads the eager table, or the graph table when the call is being
+//!   captured (`tests/gpu_world.rs`, on a GPU).
+//!
+//! The vocabulary comes from `kernels` (the one dependency an engine that
+//! runs `policy`'s own tables needs); this engine also depends on `policy`
+//! because `include_tuned!`'s code names `::policy`.
 
-use policy::{Algo, Arch, Collective, DType, Link, Mode, Query};
+use kernels::{Algo, Arch, Collective, DType, Link, Mode, Query};
 
 /// The engine's tables, compiled from `examples/engine/tuned/`: `select`,
 /// `capacity`, `table_arch`, `PLATFORMS` and `TABLES`.
@@ -34,8 +41,26 @@ pub const PREFILL_ALL_REDUCE: Query = Query::new(
 /// published table would run two-shot pull here).
 pub const PREFILL_ALL_REDUCE_ALGO: Algo = tables::select(PREFILL_ALL_REDUCE);
 
+/// The bytes of the all-reduce `tests/gpu_world.rs` makes on two ranks
+/// sharing one H200 (a loopback world), where the engine's eager and graph
+/// tables differ ([`loopback_all_reduce`]).
+pub const LOOPBACK_BYTES: u64 = 64 * 1024;
+
+/// That all-reduce, of f32, issued in `mode`.
+pub const fn loopback_all_reduce(mode: Mode) -> Query {
+    Query::new(
+        Collective::AllReduce,
+        Arch::SM90,
+        Link::Loopback,
+        2,
+        DType::F32,
+        mode,
+        LOOPBACK_BYTES,
+    )
+}
+
 /// Makes every communicator this process builds select from the engine's
 /// tables. Call once at start-up, before `kernels::World::…`.
-pub fn init() -> Result<(), policy::TablesInUse> {
-    policy::use_tables(&tables::TABLES)
+pub fn init() -> Result<(), kernels::TablesInUse> {
+    kernels::use_tables(&tables::TABLES)
 }

@@ -4,8 +4,8 @@
 //! The queries use world size 8, whose rows in the repository's `tuned/` are
 //! published figures that a 2-GPU sweep does not replace.
 
-use engine_example::{PREFILL_ALL_REDUCE, PREFILL_ALL_REDUCE_ALGO, tables};
-use policy::{Algo, Collective, Link, Query, TableKey};
+use engine_example::{PREFILL_ALL_REDUCE, PREFILL_ALL_REDUCE_ALGO, loopback_all_reduce, tables};
+use kernels::{Algo, Collective, Link, Mode, Query, TableKey};
 
 const fn with(collective: Collective, bytes: u64) -> Query {
     Query {
@@ -30,6 +30,11 @@ const _: () = {
     assert!(policy::select(ALL_REDUCE_96KIB).same_as(Algo::OneShotPush));
     assert!(tables::select(ALL_GATHER_512KIB).same_as(Algo::OneShotPush));
     assert!(policy::select(ALL_GATHER_512KIB).same_as(Algo::Nccl));
+    // The GPU test's call: the engine reads another table in each mode, and
+    // the repository has none for a loopback world.
+    assert!(tables::select(loopback_all_reduce(Mode::Eager)).same_as(Algo::OneShotPull));
+    assert!(tables::select(loopback_all_reduce(Mode::Graph)).same_as(Algo::TwoShotPull));
+    assert!(policy::select(loopback_all_reduce(Mode::Graph)).same_as(Algo::Nccl));
 };
 
 #[test]
@@ -50,14 +55,16 @@ fn the_engine_tables_answer_at_run_time_too() {
 
 #[test]
 fn the_engine_tables_are_its_own_files() {
-    let platforms = tables::TABLES.platforms();
-    assert_eq!(platforms.len(), 1);
-    assert_eq!(platforms[0].file, "tuned/sm90-nvlink.toml");
+    let files: Vec<&str> = tables::TABLES.platforms().iter().map(|p| p.file).collect();
+    assert_eq!(
+        files,
+        ["tuned/sm90-loopback.toml", "tuned/sm90-nvlink.toml"]
+    );
     assert_eq!(tables::TABLES.origin(), "engine-example: tuned");
     // Where the engine has no file, every query selects NCCL, even where the
     // repository has one (the engine did not measure there, so nothing is guessed).
     let a100 = Query {
-        arch: policy::Arch::SM80,
+        arch: kernels::Arch::SM80,
         ..ALL_REDUCE_96KIB
     };
     assert_eq!(tables::table_arch(a100.arch, a100.link), None);

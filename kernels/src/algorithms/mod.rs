@@ -27,6 +27,9 @@ pub(crate) struct Call {
     pub output: u64,
     /// Bytes each rank contributes (all-gather: one share).
     pub bytes_per_rank: u64,
+    /// Where the call runs: part of its signature, and where NCCL on a
+    /// window runs it (`comm/symmetric.rs`).
+    pub placement: Placement,
 }
 
 impl Call {
@@ -36,9 +39,7 @@ impl Call {
 }
 
 /// Launches `kernel` for `call` on `stream`. The call's signature is its
-/// shape plus the placement its rank's base arguments carry (`call_sig`:
-/// [`Placement::Anywhere`] except during a window call, see
-/// `comm/symmetric.rs`).
+/// shape plus its placement.
 pub(crate) fn launch(
     kernels: &KernelSet,
     kernel: Kernel,
@@ -69,7 +70,7 @@ pub(crate) fn launch(
         bytes_per_rank: call.bytes_per_rank,
     }
     .encode()
-        | Placement::of(base.call_sig).bits();
+        | call.placement.bits();
     let args = CollArgs {
         input: call.input,
         output: call.output,

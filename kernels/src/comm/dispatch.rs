@@ -13,7 +13,8 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::protocol::decline::{CallShape, Decline, WorldOffer, decline};
 use crate::protocol::registry::Kernel;
-use crate::vocab::{Algo, AlgoKind, Collective, DType, Query};
+use crate::protocol::signature::Placement;
+use crate::vocab::{Algo, AlgoKind, Collective, DType, Mode, Query};
 
 impl RankComm {
     /// Sums `input` over all ranks into `output` (same length). Returns the
@@ -27,12 +28,17 @@ impl RankComm {
     /// kernels check it (block 0's handshake), and ranks whose calls differ
     /// get [`Error::Mismatch`](crate::error::Error::Mismatch) naming both calls; NCCL
     /// cannot tell.
+    ///
+    /// `how` is [`Select::Auto`] unless the engine forces something: the
+    /// tables pick for the mode the call is issued in (graph while this
+    /// rank's stream is being captured). The same holds for every collective.
     pub fn all_reduce<T: Element>(
-        &mut self,
+        &self,
         input: &CudaView<T>,
         output: &mut CudaViewMut<T>,
         how: Select,
     ) -> Result<Algo> {
+        let _turn = self.turn("all_reduce")?;
         if input.len() != output.len() {
             return Err(Error::Mismatch(format!(
                 "all_reduce on rank {}: input has {} elements, output {}",
@@ -47,30 +53,47 @@ impl RankComm {
         let stream = self.res.stream.clone();
         let (src, _reading) = input.device_ptr(&stream);
         let (dst, _writing) = output.device_ptr_mut(&stream);
-        self.run(Collective::AllReduce, T::DTYPE, src, dst, bytes, how)
+        self.run(
+            Request::new(Collective::AllReduce, T::DTYPE, bytes, src, dst),
+            how,
+        )
     }
 
     /// In-place all-reduce of `buffer`.
     pub fn all_reduce_in_place<T: Element>(
-        &mut self,
+        &self,
         buffer: &mut CudaViewMut<T>,
         how: Select,
+    ) -> Result<Algo> {
+        let _turn = self.turn("all_reduce_in_place")?;
+        self.reduce_in_place(buffer, how, Placement::Anywhere)
+    }
+
+    /// In-place all-reduce of `buffer`, a call placed `placement`, in the
+    /// caller's turn.
+    pub(super) fn reduce_in_place<T: Element>(
+        &self,
+        buffer: &mut CudaViewMut<T>,
+        how: Select,
+        placement: Placement,
     ) -> Result<Algo> {
         self.same_device(buffer.stream().context(), "buffer")?;
         let bytes = byte_len::<T>(buffer.len());
         let stream = self.res.stream.clone();
         let (ptr, _writing) = buffer.device_ptr_mut(&stream);
-        self.run(Collective::AllReduce, T::DTYPE, ptr, ptr, bytes, how)
+        let request = Request::new(Collective::AllReduce, T::DTYPE, bytes, ptr, ptr);
+        self.run(request.placed(placement), how)
     }
 
     /// Gathers every rank's `input` into `output` in rank order
     /// (`output.len() == world_size * input.len()`).
     pub fn all_gather<T: Element>(
-        &mut self,
+        &self,
         input: &CudaView<T>,
         output: &mut CudaViewMut<T>,
         how: Select,
     ) -> Result<Algo> {
+        let _turn = self.turn("all_gather")?;
         if output.len() != input.len() * self.world_size {
             return Err(Error::Mismatch(format!(
                 "all_gather on rank {}: output has {} elements, expected world size {} x input {}",
@@ -86,20 +109,37 @@ impl RankComm {
         let stream = self.res.stream.clone();
         let (src, _reading) = input.device_ptr(&stream);
         let (dst, _writing) = output.device_ptr_mut(&stream);
-        self.run(Collective::AllGather, T::DTYPE, src, dst, bytes, how)
+        self.run(
+            Request::new(Collective::AllGather, T::DTYPE, bytes, src, dst),
+            how,
+        )
     }
 
     /// In-place all-gather: this rank's share already sits at its place in
     /// `buffer` (elements `rank * n .. (rank + 1) * n`, `n = len / world_size`),
     /// as with NCCL.
     pub fn all_gather_in_place<T: Element>(
-        &mut self,
+        &self,
         buffer: &mut CudaViewMut<T>,
         how: Select,
     ) -> Result<Algo> {
+        let what = "all_gather_in_place";
+        let _turn = self.turn(what)?;
+        self.gather_in_place(buffer, how, Placement::Anywhere, what)
+    }
+
+    /// In-place all-gather into `buffer`, a call of `what` placed
+    /// `placement`, in the caller's turn.
+    pub(super) fn gather_in_place<T: Element>(
+        &self,
+        buffer: &mut CudaViewMut<T>,
+        how: Select,
+        placement: Placement,
+        what: &str,
+    ) -> Result<Algo> {
         if !buffer.len().is_multiple_of(self.world_size) {
             return Err(Error::Mismatch(format!(
-                "all_gather_in_place on rank {}: {} elements do not split into {} shares",
+                "{what} on rank {}: {} elements do not split into {} shares",
                 self.rank,
                 buffer.len(),
                 self.world_size
@@ -111,7 +151,8 @@ impl RankComm {
         let stream = self.res.stream.clone();
         let (ptr, _writing) = buffer.device_ptr_mut(&stream);
         let src = ptr + self.rank as u64 * share;
-        self.run(Collective::AllGather, T::DTYPE, src, ptr, bytes, how)
+        let request = Request::new(Collective::AllGather, T::DTYPE, bytes, src, ptr);
+        self.run(request.placed(placement), how)
     }
 
     /// Whether a forced `algo` would decline a call of `bytes` (output bytes).
@@ -144,20 +185,14 @@ impl RankComm {
         &self,
         collective: Collective,
         dtype: DType,
-        mode: crate::vocab::Mode,
+        mode: Mode,
         bytes: u64,
     ) -> Algo {
         self.selector
             .select(self.query(collective, dtype, mode, bytes))
     }
 
-    fn query(
-        &self,
-        collective: Collective,
-        dtype: DType,
-        mode: crate::vocab::Mode,
-        bytes: u64,
-    ) -> Query {
+    fn query(&self, collective: Collective, dtype: DType, mode: Mode, bytes: u64) -> Query {
         Query::new(
             collective,
             self.arch,
@@ -183,27 +218,45 @@ impl RankComm {
         }
     }
 
-    /// Picks, declines, launches. `bytes` is the output size. Refuses at once
-    /// on a rank that knows of a fault, and a launch that fails breaks the
+    /// Picks, declines, launches, in the caller's turn (every entry point
+    /// takes it first, so that a call refused with [`Error::Busy`] has done
+    /// nothing, not even recorded a tensor's event on the stream). Refuses at
+    /// once on a rank that knows of a fault; a launch that fails breaks the
     /// world (the peers would wait for this rank's part).
-    fn run(
-        &mut self,
-        collective: Collective,
-        dtype: DType,
-        input: u64,
-        output: u64,
-        bytes: u64,
-        how: Select,
-    ) -> Result<Algo> {
+    fn run(&self, request: Request, how: Select) -> Result<Algo> {
         self.known_fault()?;
-        if bytes == 0 {
+        if request.bytes == 0 {
             // Nothing moves; every rank returns without launching.
             return Ok(Algo::Nccl);
         }
-        let algo = match how {
-            Select::Policy(mode) => self.policy_choice(collective, dtype, mode, bytes),
-            Select::Force(algo) => algo,
+        self.choose(&request, how)
+            .and_then(|algo| self.issue(algo, &request))
+            .map_err(|e| self.res.health.fail(e))
+    }
+
+    /// The algorithm `how` picks for `request`. [`Select::Auto`] asks
+    /// whether the stream is being captured (one driver query); the others
+    /// ask nothing.
+    fn choose(&self, request: &Request, how: Select) -> Result<Algo> {
+        let mode = match how {
+            Select::Force(algo) => return Ok(algo),
+            Select::Policy(mode) => mode,
+            Select::Auto if crate::drain::capturing(&self.res.stream)? => Mode::Graph,
+            Select::Auto => Mode::Eager,
         };
+        Ok(self.policy_choice(request.collective, request.dtype, mode, request.bytes))
+    }
+
+    /// Runs `algo` for `request`, or the fallback where it declines.
+    fn issue(&self, algo: Algo, request: &Request) -> Result<Algo> {
+        let &Request {
+            collective,
+            dtype,
+            bytes,
+            placement,
+            input,
+            output,
+        } = request;
         // The call's per-rank size and registry entry, worked out once.
         let shape = CallShape::new(collective, algo, self.world_size, bytes);
         let call = Call {
@@ -212,21 +265,20 @@ impl RankComm {
             input,
             output,
             bytes_per_rank: shape.bytes_per_rank,
+            placement,
         };
-        let ran = self
-            .bound_in_flight()
-            .and_then(|()| match self.decline(&shape) {
-                None => match algo.kind() {
-                    AlgoKind::Kernel => self.launch_custom(algo, &call).map(|()| algo),
-                    AlgoKind::Window => self.run_on_window(&call).map(|()| algo),
-                    AlgoKind::Library => self.run_fallback(&call).map(|()| Algo::Nccl),
-                },
-                Some(reason) => {
-                    self.log_decline(collective, algo, dtype, bytes, reason);
-                    self.run_fallback(&call).map(|()| Algo::Nccl)
-                }
-            });
-        ran.map_err(|e| self.res.health.fail(e))
+        self.bound_in_flight()?;
+        match self.decline(&shape) {
+            None => match algo.kind() {
+                AlgoKind::Kernel => self.launch_custom(algo, &call).map(|()| algo),
+                AlgoKind::Window => self.run_on_window(&call).map(|()| algo),
+                AlgoKind::Library => self.run_fallback(&call).map(|()| Algo::Nccl),
+            },
+            Some(reason) => {
+                self.log_decline(collective, algo, dtype, bytes, reason);
+                self.run_fallback(&call).map(|()| Algo::Nccl)
+            }
+        }
     }
 
     /// Before a call is queued: at most `drain::EAGER_IN_FLIGHT` of this
@@ -235,7 +287,7 @@ impl RankComm {
     /// early by any fault that becomes known; past the bound the call is a
     /// timeout (a kernel that never ends holds the stream: a launch behind
     /// it could block in the driver for ever).
-    fn bound_in_flight(&mut self) -> Result<()> {
+    fn bound_in_flight(&self) -> Result<()> {
         let res = &self.res;
         let limit = res.options.drain_timeout;
         if self
@@ -329,6 +381,37 @@ impl RankComm {
                 self.res.shared.fallback.describe()
             );
         }
+    }
+}
+
+/// A call as an entry point checked it, before an algorithm is picked.
+struct Request {
+    collective: Collective,
+    dtype: DType,
+    /// The output's bytes.
+    bytes: u64,
+    /// [`Placement::Anywhere`] but for a window call (`symmetric.rs`).
+    placement: Placement,
+    input: u64,
+    output: u64,
+}
+
+impl Request {
+    /// A call placed [`Placement::Anywhere`].
+    fn new(collective: Collective, dtype: DType, bytes: u64, input: u64, output: u64) -> Request {
+        Request {
+            collective,
+            dtype,
+            bytes,
+            placement: Placement::Anywhere,
+            input,
+            output,
+        }
+    }
+
+    /// The same call placed `placement`.
+    fn placed(self, placement: Placement) -> Request {
+        Request { placement, ..self }
     }
 }
 

@@ -5,6 +5,7 @@ mod dispatch;
 mod health;
 mod identity;
 mod membership;
+mod one_caller;
 mod options;
 mod process;
 mod rank;

@@ -101,10 +101,17 @@ impl Default for Options {
 }
 
 /// How a call chooses its algorithm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Select {
     /// Ask `policy` (tables plus the `COLLTUNE_ALGO` override) for a call in
-    /// this mode: graph when the call is being captured, eager otherwise.
+    /// the mode it is issued in: the graph tables while the rank's stream is
+    /// being captured (by [`RankComm::capture`](super::RankComm::capture) or
+    /// by the engine), the eager ones otherwise. The default; it costs one
+    /// driver query per call (`cuStreamIsCapturing`), and nothing at all on
+    /// a graph's replay.
+    #[default]
+    Auto,
+    /// Ask `policy` for a call in this mode, whatever the stream is doing.
     Policy(Mode),
     /// Run this algorithm (the tuner measures each one this way). A custom
     /// algorithm that cannot take the call still declines to the fallback.

@@ -8,6 +8,7 @@ use cudarc::driver::{CudaEvent, CudaStream, sys};
 use super::capture::{Captured, Lifeline};
 use super::health::{DeviceWord, Health};
 use super::membership::Membership;
+use super::one_caller::{OneCaller, Turn};
 use super::options::{Fallback, Options};
 use super::resources::{RankResources, RankWindows, WorldShared};
 use crate::algorithms::CollArgs;
@@ -40,11 +41,21 @@ pub(crate) struct RankParts {
     pub(crate) options: Options,
 }
 
-/// One rank of a world. Send it to the thread that drives it; calls on one rank
-/// must not overlap (they take `&mut self`), and every rank of a world must issue
-/// the same sequence of collectives (same collective, size, dtype and selection),
-/// as with NCCL: block 0 of every custom kernel checks that it does, and a rank
-/// that does not gets [`Error::Mismatch`] naming both calls.
+/// One rank of a world. Every rank of a world must issue the same sequence of
+/// collectives (same collective, size, dtype and selection), as with NCCL:
+/// the custom kernels check that it does, and a rank that does not gets
+/// [`Error::Mismatch`] naming both calls.
+///
+/// Its calls take `&self`, and it is `Send` and `Sync`: an engine may keep it
+/// behind a shared reference (an `Arc`, a field of a model its layers borrow)
+/// and drive it from whichever thread runs the step. A rank's calls must not
+/// overlap, though (they queue work on its one stream, in the order every
+/// rank must follow): a call from a second thread while another thread is in
+/// a call on the same rank (a collective, [`capture`](RankComm::capture),
+/// [`alloc_window`](RankComm::alloc_window), [`check`](RankComm::check),
+/// [`wait_for`](RankComm::wait_for)) is refused with [`Error::Busy`] before
+/// it does anything. The queries (`rank()`, [`health`](RankComm::health),
+/// `policy_choice()`, …) are never refused.
 ///
 /// Once a rank knows of a fault (a peer that did not arrive, a mismatch, an
 /// NCCL error, a launch that failed), every later call, replay and
@@ -63,7 +74,16 @@ pub struct RankComm {
     pub(crate) res: Arc<RankResources>,
     /// Bounds the eager calls queued and not finished (`drain::InFlight`).
     pub(crate) in_flight: InFlight,
+    /// The thread in a call on this rank, if any (`one_caller.rs`).
+    pub(crate) calls: OneCaller,
 }
+
+// What the documentation above promises: an engine may share a rank
+// between threads. This does not build if a field stops allowing it.
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<RankComm>();
+};
 
 impl std::fmt::Debug for RankComm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -136,6 +156,7 @@ impl RankComm {
                 quiet: Mutex::new(None),
             }),
             in_flight: InFlight::new(),
+            calls: OneCaller::default(),
         })
     }
 
@@ -213,6 +234,7 @@ impl RankComm {
     /// where the stream does not come to rest within its bound, which is
     /// logged as an error, they must be kept.)
     pub fn check(&self) -> Result<()> {
+        let _turn = self.turn("check")?;
         let waited = self
             .known_fault()
             .and_then(|()| self.wait_bounded(None))
@@ -232,6 +254,7 @@ impl RankComm {
     /// (an NCCL kernel does), hundreds of queued replays fill the queue and
     /// the next launch never returns, long before the next `check()`.
     pub fn wait_for(&self, event: &CudaEvent) -> Result<()> {
+        let _turn = self.turn("wait_for")?;
         let waited = self
             .known_fault()
             .and_then(|()| self.wait_bounded(Some(event)))
@@ -248,6 +271,13 @@ impl RankComm {
         let first = self.res.health.fail(e);
         self.res.quiesce();
         Err(first)
+    }
+
+    /// This thread's turn for a call of `what` on this rank, or
+    /// [`Error::Busy`] while another thread is in a call on it.
+    #[inline]
+    pub(crate) fn turn(&self, what: &'static str) -> Result<Turn<'_>> {
+        self.calls.enter(self.rank, what)
     }
 
     /// The first fault known to this rank: its own record, the device's
@@ -270,7 +300,13 @@ impl RankComm {
     /// that has failed is refused. Tensors used inside should be allocated
     /// with cudarc's event tracking disabled (as cudarc requires for any
     /// capture).
-    pub fn capture(&mut self, calls: impl FnOnce(&mut RankComm) -> Result<()>) -> Result<Captured> {
+    ///
+    /// `calls` runs on this thread, which keeps its turn on the rank for the
+    /// whole capture: its calls on the rank are captured, another thread's
+    /// are refused ([`Error::Busy`]). Calls that select by the tables
+    /// ([`Select::Auto`](crate::Select::Auto)) use the graph tables there.
+    pub fn capture(&self, calls: impl FnOnce(&RankComm) -> Result<()>) -> Result<Captured> {
+        let _turn = self.turn("capture")?;
         self.known_fault()?;
         let stream = self.res.stream.clone();
         stream

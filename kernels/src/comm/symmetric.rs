@@ -209,9 +209,8 @@ impl RankComm {
             Collective::AllReduce => nccl.all_reduce(send, recv, count, call.dtype, stream),
             Collective::AllGather => nccl.all_gather(send, recv, count, call.dtype, stream),
         };
-        let placement = Placement::of(self.base_args.call_sig);
         match route(
-            placement,
+            call.placement,
             call.collective,
             self.rank,
             share,
@@ -258,26 +257,22 @@ impl RankComm {
     /// buffer frees nothing before then. Allocate windows once, at start-up.
     ///
     /// ```no_run
-    /// # fn demo(rank: &mut kernels::RankComm, batch: usize) -> kernels::Result<()> {
-    /// use kernels::Select;
-    /// use policy::{Algo, Mode};
+    /// # fn demo(rank: &kernels::RankComm, batch: usize) -> kernels::Result<()> {
+    /// use kernels::{Algo, Select};
     ///
     /// // Activations for the largest batch, all-reduced in place.
     /// let mut hidden = rank.alloc_window::<half::bf16>(4096 * 64)?;
     /// // … a layer writes the first 4096 x batch elements …
     /// rank.all_reduce_window(&mut hidden, 4096 * batch, Select::Force(Algo::NcclSymmetric))?;
     /// // Or let the tables decide: a table that picks nccl_symmetric runs in place too.
-    /// rank.all_reduce_window(&mut hidden, 4096 * batch, Select::Policy(Mode::Graph))?;
+    /// rank.all_reduce_window(&mut hidden, 4096 * batch, Select::Auto)?;
     /// # Ok(()) }
     /// ```
-    pub fn alloc_window<T: Element>(&mut self, len: usize) -> Result<WindowBuffer<T>> {
+    pub fn alloc_window<T: Element>(&self, len: usize) -> Result<WindowBuffer<T>> {
+        let _turn = self.turn("alloc_window")?;
         self.known_fault()?;
         let stream = self.res.stream.clone();
-        if stream
-            .capture_status()
-            .during("asking whether the stream is capturing")?
-            != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-        {
+        if crate::drain::capturing(&stream)? {
             return Err(Error::Unsupported(
                 "alloc_window during a stream capture: registering an NCCL window is a \
                  collective a graph cannot hold; allocate windows before capturing"
@@ -382,14 +377,14 @@ impl RankComm {
     /// that runs it refuses ranks that differ with [`Error::Mismatch`].
     /// Otherwise as [`RankComm::all_reduce_in_place`].
     pub fn all_reduce_window<T: Element>(
-        &mut self,
+        &self,
         window: &mut WindowBuffer<T>,
         len: usize,
         how: Select,
     ) -> Result<Algo> {
+        let _turn = self.turn("all_reduce_window")?;
         let placement = self.placement_of(window, len, "all_reduce_window")?;
-        let mut view = window.slice.slice_mut(..len);
-        self.placed(placement, |rank| rank.all_reduce_in_place(&mut view, how))
+        self.reduce_in_place(&mut window.slice.slice_mut(..len), how, placement)
     }
 
     /// All-gather in place into the first `len` elements of `window`, a
@@ -398,14 +393,15 @@ impl RankComm {
     /// window's index is part of the call, as for
     /// [`RankComm::all_reduce_window`].
     pub fn all_gather_window<T: Element>(
-        &mut self,
+        &self,
         window: &mut WindowBuffer<T>,
         len: usize,
         how: Select,
     ) -> Result<Algo> {
-        let placement = self.placement_of(window, len, "all_gather_window")?;
-        let mut view = window.slice.slice_mut(..len);
-        self.placed(placement, |rank| rank.all_gather_in_place(&mut view, how))
+        let what = "all_gather_window";
+        let _turn = self.turn(what)?;
+        let placement = self.placement_of(window, len, what)?;
+        self.gather_in_place(&mut window.slice.slice_mut(..len), how, placement, what)
     }
 
     /// The placement of a window call on the first `len` elements of
@@ -432,18 +428,6 @@ impl RankComm {
             )));
         }
         Ok(Placement::Window(window.index))
-    }
-
-    /// Runs `call` as a call placed `placement`: the placement goes into
-    /// the signature of the kernel that runs it (through the rank's base
-    /// arguments, which every launch copies) and decides where NCCL on a
-    /// window runs it ([`route`]); ordinary calls are placed
-    /// [`Placement::Anywhere`] again afterwards.
-    fn placed<R>(&mut self, placement: Placement, call: impl FnOnce(&mut Self) -> R) -> R {
-        self.base_args.call_sig = placement.bits();
-        let ran = call(self);
-        self.base_args.call_sig = Placement::Anywhere.bits();
-        ran
     }
 }
 

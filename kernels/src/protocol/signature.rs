@@ -58,7 +58,7 @@ pub struct CallSignature {
 
 /// Where a call's tensors lie, as far as its identity goes: the bits of a
 /// signature that [`CallSignature::encode`] leaves at zero, added by the
-/// launch (`algorithms::launch`) from the rank's base arguments.
+/// launch (`algorithms::launch`) from the call's own placement.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Placement {
     /// Tensors anywhere in device memory (every call but a window call).
@@ -81,7 +81,7 @@ impl Placement {
         }
     }
 
-    /// The placement a signature (or a rank's base arguments) carries.
+    /// The placement a signature carries.
     pub const fn of(sig: u64) -> Placement {
         if sig & WINDOW_CALL == 0 {
             Placement::Anywhere

@@ -128,7 +128,7 @@ impl From<cudarc::driver::DriverError> for CaseError {
 }
 
 fn issue<T: Element>(
-    comm: &mut RankComm,
+    comm: &RankComm,
     case: &Case,
     input: &CudaSlice<T>,
     output: &mut CudaSlice<T>,

@@ -130,11 +130,7 @@ struct Buffers<T> {
     output: CudaSlice<T>,
 }
 
-fn issue<T: Element>(
-    comm: &mut RankComm,
-    call: &Call,
-    b: &mut Buffers<T>,
-) -> kernels::Result<Algo> {
+fn issue<T: Element>(comm: &RankComm, call: &Call, b: &mut Buffers<T>) -> kernels::Result<Algo> {
     match call.collective {
         Collective::AllReduce => {
             comm.all_reduce(&b.input.as_view(), &mut b.output.as_view_mut(), call.how)

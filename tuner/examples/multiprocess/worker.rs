@@ -14,7 +14,7 @@ use kernels::{
     Element, Error, Fallback, FileRendezvous, Join, NcclId, Options, ProcessSpec, RankComm,
     Rendezvous, Select, World,
 };
-use policy::{Algo, DType, Mode};
+use policy::{Algo, DType};
 use tuner::harness::timing::poison;
 use tuner::harness::validation::{check_all_reduce_of, random_inputs};
 
@@ -258,10 +258,10 @@ fn share_nccl_id(place: &Place) -> Result<NcclId, Failure> {
     Ok(NcclId(bytes))
 }
 
-/// `policy` or a forced algorithm.
-pub fn selection(cli: &Cli, mode: Mode) -> Result<Select, Failure> {
+/// `policy` (for the mode each call is issued in) or a forced algorithm.
+pub fn selection(cli: &Cli) -> Result<Select, Failure> {
     if cli.algo == "policy" {
-        return Ok(Select::Policy(mode));
+        return Ok(Select::Auto);
     }
     Algo::from_name(&cli.algo)
         .map(Select::Force)
@@ -309,7 +309,7 @@ pub fn hash_of<T: Element>(values: &[T]) -> u64 {
 
 fn decode_loop<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
     let (rank, world) = (comm.rank(), comm.world_size());
-    let how = selection(cli, Mode::Eager)?;
+    let how = selection(cli)?;
     let stream = comm.stream().clone();
     let kill_at = cli.kill_after.unwrap_or(cli.iters / 2);
     let mut wrong = 0usize;

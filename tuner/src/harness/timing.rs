@@ -213,7 +213,7 @@ fn prepare<T: Element>(rank: &RankComm, inputs: &[T], out_len: usize) -> Result<
 }
 
 fn call_once<T: Element>(
-    rank: &mut RankComm,
+    rank: &RankComm,
     collective: Collective,
     t: &mut Tensors<T>,
     how: Select,

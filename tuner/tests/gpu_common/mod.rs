@@ -170,7 +170,7 @@ fn stage<T: Element>(rank: &RankComm, case: &Case, input: &[T]) -> Result<RankSt
 
 /// Issues the case's call once on `rank`.
 pub fn issue<T: Element>(
-    rank: &mut RankComm,
+    rank: &RankComm,
     case: &Case,
     state: &mut RankState<T>,
 ) -> kernels::Result<Algo> {
