@@ -1691,7 +1691,7 @@ fn an_engines_nccl_communicator_is_lent_and_given_back() {
     let lent = (|| -> Result<(), String> {
         // SAFETY: live until the test destroys it below; used by this thread only.
         let join = Join::EngineNccl(unsafe { EngineNccl::from_raw(comm) });
-        let mut rank = World::process(
+        let rank = World::process(
             stream.clone(),
             ProcessSpec::new(0, 1, join),
             Options::default(),
