@@ -5,6 +5,7 @@ mod dispatch;
 mod health;
 mod identity;
 mod membership;
+mod memory;
 mod options;
 mod process;
 mod rank;
@@ -19,5 +20,8 @@ pub use options::{Fallback, Options, Select};
 pub use process::{Join, ProcessSpec};
 pub use rank::RankComm;
 pub use setup::{arch_of, sm_count};
+
+/// A world's memory plan, for `raw::world_memory`.
+pub(crate) use memory::plan as plan_memory;
 pub use symmetric::WindowBuffer;
 pub use world::World;
