@@ -87,7 +87,8 @@ mod vocab;
 mod window;
 
 pub use comm::{
-    Captured, Fallback, Join, Lifeline, Options, ProcessSpec, RankComm, Select, WindowBuffer, World,
+    BufferSizing, Captured, DEFAULT_MEMORY_BUDGET, Fallback, Join, Lifeline, Options, ProcessSpec,
+    RankComm, Select, WindowBuffer, World,
 };
 /// The cudarc this crate was built with (0.19), so that an engine names the
 /// same `CudaStream`, `CudaView` and NCCL types that [`RankComm`] takes. Which
@@ -99,6 +100,7 @@ pub use element::Element;
 pub use error::{Error, Result};
 pub use module::{KernelCache, KernelOrigin, KernelStartup};
 pub use nccl::NcclId;
+pub use protocol::budget::Footprint;
 pub use protocol::decline::Decline;
 pub use rendezvous::{FileRendezvous, Rendezvous};
 pub use selection::table_choice;

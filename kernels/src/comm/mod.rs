@@ -16,7 +16,7 @@ mod symmetric;
 mod world;
 
 pub use capture::{Captured, Lifeline};
-pub use options::{Fallback, Options, Select};
+pub use options::{BufferSizing, DEFAULT_MEMORY_BUDGET, Fallback, Options, Select};
 pub use process::{Join, ProcessSpec};
 pub use rank::RankComm;
 pub use setup::{arch_of, sm_count};
