@@ -133,6 +133,35 @@ def thousands(value):
     return f"{whole:,}".replace(",", " ")
 
 
+BUDGET_RUNS = "tuner/runs/2026-12-02-memory-budget/"
+
+
+def budget_row(world, budget):
+    """One row of GPU.md's regret table from `tuner fit --memory-budget`'s
+    committed report: per collective, the refitted and the capped regrets'
+    means and worsts over the keys."""
+
+    def compute():
+        rows = [l for l in read(f"{BUDGET_RUNS}fit-ws{world}-{budget}.txt").splitlines() if "regret mean" in l]
+        out = {}
+        for collective in ["all_reduce", "all_gather"]:
+            mine = [l for l in rows if l.strip().startswith(collective)]
+
+            def values(pattern):
+                return [float(re.search(pattern, l).group(1)) for l in mine]
+
+            for kind, (mean, worst) in {
+                "fit": (r"regret mean ([\d.]+)%", r"regret mean [\d.]+%, worst ([\d.]+)%"),
+                "cap": (r"run time: mean ([\d.]+)%", r"run time: mean [\d.]+%, worst ([\d.]+)%"),
+            }.items():
+                out[f"{collective}_{kind}"] = (
+                    f"mean {span(values(mean), '{:.1f}', '%')}, worst {span(values(worst), '{:.1f}', '%')}"
+                )
+        return out
+
+    return compute
+
+
 # ---------------------------------------------------------------------------
 # The claims.
 
@@ -488,6 +517,16 @@ CLAIMS = [
         VERIFY_PUBLISHED_WS2,
     ),
     # kernels/GPU.md
+    *[
+        Claim(
+            "kernels/GPU.md",
+            f"| {world} | {name} | {{all_reduce_fit}} | {{all_reduce_cap}} | {{all_gather_fit}} | {{all_gather_cap}} |",
+            budget_row(world, budget),
+            f"{BUDGET_RUNS}fit-ws{world}-{budget}.txt",
+        )
+        for world in [2, 4]
+        for budget, name in [("256MiB", "256 MiB (default)"), ("64MiB", "64 MiB")]
+    ],
     TableClaim(
         "kernels/GPU.md",
         "| output size | NCCL | one_shot_push | one_shot_pull | two_shot_pull | two_shot_push | best / NCCL |",
