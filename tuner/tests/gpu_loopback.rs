@@ -465,10 +465,11 @@ fn free_bytes(ctx: &Arc<CudaContext>) -> u64 {
 /// What a world registers, and a memory budget: every rank reports the same
 /// footprint, within the budget; a loopback world sized by the tables (which
 /// have no loopback platform, so select NCCL everywhere) registers only its
-/// control blocks and the reference collective's staging; under a budget a
-/// forced call at the lowered capacity runs the algorithm and one a pack
-/// past it runs the fallback, both correct; and what the budget saves shows
-/// in the GPU's free memory.
+/// control blocks and the reference collective's staging; a world of one
+/// registers an NCCL window only when asked; under a budget a forced call at
+/// the lowered capacity runs the algorithm and one a pack past it runs the
+/// fallback, both correct; and what the budget saves shows in the GPU's
+/// free memory.
 #[test]
 #[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
 fn loopback_memory_budget() {
@@ -494,6 +495,43 @@ fn loopback_memory_budget() {
         },
     );
     drop(by_tables);
+
+    // A world of one has NCCL. No shipped table selects nccl_symmetric, so
+    // by the tables it registers no window; asked for, it registers one
+    // (where NCCL has windows: 2.27 and later), counted in its footprint.
+    let one = World::loopback(ctx.clone(), 1, Options::default()).expect("a world of one");
+    suite.record(
+        "a world of one registers no NCCL window unasked",
+        match (one[0].window_bytes(), one[0].memory().nccl_window) {
+            (0, 0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    drop(one);
+    let asked = Options {
+        nccl_window: true,
+        ..Options::default()
+    };
+    let one = World::loopback(ctx.clone(), 1, asked).expect("a world of one");
+    let version = kernels::raw::nccl_version().unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let windows = (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (2, 27);
+    let (bytes, counted) = (one[0].window_bytes(), one[0].memory().nccl_window);
+    suite.note(&format!(
+        "world of one asking for a window (NCCL {version}): {}",
+        one[0].memory()
+    ));
+    suite.record(
+        "a world of one asking for a window registers one, and counts it",
+        if bytes == counted && (bytes > 0) == windows && bytes <= 64 << 20 {
+            Ok(())
+        } else {
+            Err(format!(
+                "window {bytes} bytes, counted {counted}, NCCL {version}"
+            ))
+        },
+    );
+    drop(one);
 
     const BUDGET: u64 = 64 << 20;
     let mut used = Vec::new();
