@@ -197,6 +197,35 @@ def ab_runs(folder, labels):
     return list(out.items())
 
 
+def span(values, unit="%"):
+    """`1.2–1.3%` (one figure when all are equal once rounded)."""
+    lo, hi = f"{min(values):.1f}", f"{max(values):.1f}"
+    return f"{lo}{unit}" if lo == hi else f"{lo}–{hi}{unit}"
+
+
+def budget_regret(folder, link):
+    """`tuner fit --memory-budget`'s reports (fit-ws{W}-{budget}.txt): per
+    world and budget, the regret of the refitted and of the run-time capped
+    table, mean and worst over the keys, per collective."""
+    rows = []
+    for world in (2, 4):
+        for budget, name in (("256MiB", "256 MiB (default)"), ("64MiB", "64 MiB")):
+            lines = [l for l in read(f"{folder}fit-ws{world}-{budget}.txt").splitlines() if "regret mean" in l]
+            row = [world, name]
+            for collective in ("all_reduce", "all_gather"):
+                mine = [l for l in lines if l.strip().startswith(collective)]
+                for mean, worst in (
+                    (r"regret mean ([\d.]+)%", r"regret mean [\d.]+%, worst ([\d.]+)%"),
+                    (r"run time: mean ([\d.]+)%", r"run time: mean [\d.]+%, worst ([\d.]+)%"),
+                ):
+                    values = lambda pattern: [float(re.search(pattern, l).group(1)) for l in mine]
+                    row.append(f"mean {span(values(mean))}, worst {span(values(worst))}")
+            rows.append(row)
+    header = ["world", "budget", "all-reduce, refitted", "all-reduce, capped at run time",
+              "all-gather, refitted", "all-gather, capped at run time"]
+    return table(header, rows) + f"\n\nFrom {link(folder)}."
+
+
 BLOCKS = {
     "headline": headline,
     "x2-all-reduce": lambda link: bench_table(X2, "all_reduce", OCTAVES4, link),
@@ -275,6 +304,7 @@ BLOCKS = {
         link,
     ),
     "startup": lambda link: startup(DAY2 + "startup/startup.txt", link),
+    "budget-regret": lambda link: budget_regret("tuner/runs/2026-12-02-memory-budget/", link),
 }
 
 

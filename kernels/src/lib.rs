@@ -95,8 +95,8 @@ mod vocab;
 mod window;
 
 pub use comm::{
-    Captured, EngineNccl, Fallback, Join, Lifeline, Options, ProcessSpec, RankComm, Select,
-    WindowBuffer, World,
+    BufferSizing, Captured, DEFAULT_MEMORY_BUDGET, EngineNccl, Fallback, Join, Lifeline, Options,
+    ProcessSpec, RankComm, Select, WindowBuffer, World,
 };
 /// The cudarc this crate was built with (0.19), so that an engine names the
 /// same `CudaStream`, `CudaView` and NCCL types that [`RankComm`] takes. Which
@@ -118,6 +118,7 @@ pub use policy::{
     Algo, AlgoKind, Arch, Capacity, Collective, DType, Link, Mode, Query, TableKey, Tables,
     TablesInUse, tables_in_use, use_tables,
 };
+pub use protocol::budget::Footprint;
 pub use protocol::decline::Decline;
 pub use rendezvous::{FileRendezvous, Rendezvous};
 pub use selection::table_choice;

@@ -77,6 +77,10 @@ pub struct SettingsRecord {
     /// Seed of the synthetic backend; absent for GPU sweeps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// The memory budget per rank the worlds were measured under (their
+    /// capacities capped as `kernels` caps them); absent: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<u64>,
 }
 
 /// All points of one table key.
@@ -334,7 +338,7 @@ impl FailedChecks {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use policy::Capacity;
 
@@ -405,6 +409,7 @@ mod tests {
                 bisect_resolution: 0.02,
                 max_probe_rounds: 3,
                 seed: None,
+                memory_budget: None,
             },
             complete: true,
             keys: vec![KeyEvidence {

@@ -5,7 +5,10 @@
 //! The answer is the tables' selection ([`TableSet::select`], for the compiled
 //! tables exactly `policy::select`) followed by `kernels`' decline rule
 //! ([`policy::decline`]) on the world the tables promise: the same two steps
-//! `kernels::RankComm` takes for every call.
+//! `kernels::RankComm` takes for every call. That world registers buffers for
+//! what its tables select within a memory budget ([`WorldMemory`]: a world
+//! with `kernels`' default options), which can lower every capacity to a
+//! common cap.
 
 use std::fmt::Write;
 
@@ -13,7 +16,9 @@ use policy::decline::{CallShape, Offer, decline};
 use policy::{Algo, Arch, Capacity, Collective, Link, Query};
 use serde::Serialize;
 
+use crate::budgeted::selected_by;
 use crate::format;
+use crate::memory::Budget;
 use crate::show::source_text;
 use crate::tables::{TableSet, band_of};
 
@@ -46,6 +51,44 @@ impl Offer for Promised {
     }
 }
 
+/// The memory budget of the world a query runs in, and the override its
+/// engine honours (both collectives' choices share the budget).
+#[derive(Clone, Copy, Debug)]
+pub struct WorldMemory {
+    pub budget: Budget,
+    pub policy: policy::Policy,
+}
+
+impl WorldMemory {
+    /// The cap the budget puts on every capacity of a world of
+    /// `query`'s size on its platform, sized by `tables` as `kernels` sizes
+    /// it (what the tables at that size select, with the override); `None`
+    /// when what they select fits.
+    pub fn cap(&self, tables: &TableSet, query: Query) -> Option<u64> {
+        let (arch, link, world) = (query.arch, query.link, query.key.world_size);
+        let capacities: Vec<policy::CapacityEntry> = Collective::ALL
+            .into_iter()
+            .flat_map(|c| c.algos().iter().map(move |&a| (c, a)))
+            .filter(|(_, a)| a.is_custom())
+            .map(|(collective, algo)| policy::CapacityEntry {
+                collective,
+                algo,
+                capacity: tables.capacity(arch, link, collective, algo),
+            })
+            .collect();
+        let bands: Vec<(Collective, &[policy::Band])> = tables
+            .platform_for(arch, link)
+            .map(|p| p.tables)
+            .unwrap_or_default()
+            .iter()
+            .filter(|t| t.key.world_size == world)
+            .map(|t| (t.key.collective, t.bands))
+            .collect();
+        let wanted = selected_by(&bands, &capacities, &self.policy);
+        self.budget.plan(&wanted, link, world).ok()?.cap
+    }
+}
+
 /// Everything `explain` found out about one query: the text of `tuner
 /// explain` ([`Explanation::render`]) and its JSON (`Serialize`).
 #[derive(Clone, Debug, Serialize)]
@@ -66,6 +109,13 @@ pub struct Explanation {
     pub forced: Option<Forced>,
     /// The chosen custom algorithm's capacity on the platform.
     pub capacity: Option<Capacity>,
+    /// The memory budget per rank of the world explained (`None`: not
+    /// known, the tuner was built without `kernels`)…
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<u64>,
+    /// …and the cap it puts on every capacity there (`None`: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_cap: Option<u64>,
     /// What runs, and why.
     #[serde(rename = "because")]
     pub reason: String,
@@ -104,8 +154,14 @@ pub struct Forced {
 
 impl Explanation {
     /// Works out what runs `query` with `tables`, and why. `forced` is an
-    /// override engines honour (`COLLTUNE_ALGO`), with its text.
-    pub fn new(tables: &TableSet, query: Query, forced: Option<Forced>) -> Explanation {
+    /// override engines honour (`COLLTUNE_ALGO`), with its text; `memory`
+    /// the world's budget (`None`: not applied).
+    pub fn new(
+        tables: &TableSet,
+        query: Query,
+        forced: Option<Forced>,
+        memory: Option<&WorldMemory>,
+    ) -> Explanation {
         let key = query.key();
         let platform = tables.platform_for(query.arch, query.link);
         let table = platform.and_then(|p| p.table(key));
@@ -123,6 +179,7 @@ impl Explanation {
         let world = key.world_size;
         let capacity = (chosen.is_custom() && chosen.implements(key.collective))
             .then(|| tables.capacity(query.arch, query.link, key.collective, chosen));
+        let memory_cap = memory.and_then(|m| m.cap(tables, query));
         let (runs, reason) = if query.bytes == 0 {
             (
                 Algo::Nccl,
@@ -154,9 +211,26 @@ impl Explanation {
             let capacity =
                 capacity.unwrap_or_else(|| policy::default_capacity(key.collective, chosen));
             let call = CallShape::new(key.collective, chosen, world as usize, query.bytes);
-            match decline(&call, &Promised(capacity)) {
-                None => (chosen, format!("{} takes the call", chosen.name())),
-                Some(why) => (
+            let within = Capacity {
+                max_bytes: capacity.max_bytes.min(memory_cap.unwrap_or(u64::MAX)),
+                ..capacity
+            };
+            match (
+                decline(&call, &Promised(capacity)),
+                decline(&call, &Promised(within)),
+            ) {
+                (None, None) => (chosen, format!("{} takes the call", chosen.name())),
+                (None, Some(_)) => (
+                    Algo::Nccl,
+                    format!(
+                        "{} declines it at run time: the memory budget of {} per rank caps \
+                         every capacity of this world at {}, so nccl runs",
+                        chosen.name(),
+                        format::size(memory.map_or(0, |m| m.budget.bytes)),
+                        format::exact_size(within.max_bytes)
+                    ),
+                ),
+                (Some(why), _) => (
                     Algo::Nccl,
                     format!(
                         "{} declines it at run time ({}), so nccl runs",
@@ -181,6 +255,8 @@ impl Explanation {
             selected,
             forced,
             capacity,
+            memory_budget: memory.map(|m| m.budget.bytes),
+            memory_cap,
             runs,
             reason,
         }
@@ -276,6 +352,32 @@ impl Explanation {
                 }
             );
         }
+        match (self.memory_budget, self.memory_cap) {
+            (Some(budget), Some(cap)) => {
+                let _ = writeln!(
+                    out,
+                    "memory: within {} per rank (kernels' default budget), this world's \
+                     buffers hold calls up to {}",
+                    format::size(budget),
+                    format::exact_size(cap)
+                );
+            }
+            (Some(budget), None) => {
+                let _ = writeln!(
+                    out,
+                    "memory: what this world's tables select fits {} per rank (kernels' \
+                     default budget)",
+                    format::size(budget)
+                );
+            }
+            (None, _) => {
+                let _ = writeln!(
+                    out,
+                    "memory: not worked out (this tuner was built without kernels); a memory \
+                     budget may send larger calls to nccl"
+                );
+            }
+        }
         if self.runs.is_kernel() && q.link == policy::Link::Pcie {
             let _ = writeln!(
                 out,
@@ -304,9 +406,14 @@ fn band_range(low: u64, high: u64) -> String {
     }
 }
 
-/// The explanation of `query` against the compiled tables, as text.
+/// The explanation of `query` against the compiled tables, as text, for a
+/// world with `kernels`' default options where the tuner knows them.
 pub fn explain(query: Query) -> String {
-    Explanation::new(&TableSet::Compiled, query, None).render()
+    let memory = crate::memory::runtime_default().map(|budget| WorldMemory {
+        budget,
+        policy: policy::Policy::none(),
+    });
+    Explanation::new(&TableSet::Compiled, query, None, memory.as_ref()).render()
 }
 
 #[cfg(test)]
@@ -346,10 +453,30 @@ mod tests {
             .unwrap_or_else(|| panic!("no `runs:` line last: {text}"))
     }
 
+    /// The cap `kernels` puts on every capacity of a world with its default
+    /// options where `q` runs (`kernels::raw::world_memory`: the world's own
+    /// plan, not the tuner's rendering of it); none known without `kernels`.
+    fn world_cap(q: Query) -> Option<u64> {
+        #[cfg(feature = "gpu")]
+        {
+            let options = kernels::Options::default();
+            let world = q.key.world_size as usize;
+            kernels::raw::world_memory(q.arch, q.link, world, &options)
+                .expect("a plan")
+                .0
+        }
+        #[cfg(not(feature = "gpu"))]
+        {
+            let _ = q;
+            None
+        }
+    }
+
     /// What a `kernels::RankComm` runs for `q` with the compiled tables,
     /// written out step by step from kernels' dispatch: nothing for 0 bytes;
     /// no world outside 2..=8 ranks; else `policy::select`, and NCCL where the
-    /// custom kernel declines.
+    /// custom kernel declines (past its capacity, which the default memory
+    /// budget may have lowered).
     fn oracle(q: Query) -> Algo {
         let w = q.key.world_size;
         if q.bytes == 0 || !(2..=8).contains(&w) {
@@ -364,6 +491,7 @@ mod tests {
         let share = c.per_rank_size(u64::from(w), q.bytes);
         let fits = algo.implements(c)
             && cap.accepts_message(c, w, q.bytes)
+            && world_cap(q).is_none_or(|limit| q.bytes <= limit)
             && share > 0
             && share.is_multiple_of(16)
             && (c == Collective::AllReduce || q.bytes.is_multiple_of(u64::from(w)));
@@ -436,6 +564,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// At world size 2 the H200 tables select two_shot_pull up to 128 MiB,
+    /// which a world with the default budget does not take past 25.6 MiB.
+    #[cfg(feature = "gpu")]
+    #[test]
+    fn a_call_past_what_the_memory_budget_holds_runs_nccl() {
+        let text = explain(all_reduce(Arch::SM90, Link::NvLink, 2, 64 << 20));
+        assert!(text.contains("selected: two_shot_pull"), "{text}");
+        assert!(
+            text.contains("memory: within 256MiB per rank (kernels' default budget), this world's buffers hold calls up to 25.60MiB"),
+            "{text}"
+        );
+        assert!(
+            text.contains("two_shot_pull declines it at run time: the memory budget of 256MiB per rank caps every capacity of this world at 25.60MiB"),
+            "{text}"
+        );
+        assert_eq!(runs(&text), "nccl");
+        // Below the cap the table's choice runs.
+        let text = explain(all_reduce(Arch::SM90, Link::NvLink, 2, 16 << 20));
+        assert_eq!(runs(&text), "two_shot_push", "{text}");
     }
 
     #[test]

@@ -22,13 +22,18 @@
 //!
 //! The last band is open: if the largest size went to a custom algorithm, its
 //! band ends there and NCCL takes everything above.
+//!
+//! Under a memory budget per rank, the keys of each world size are fitted
+//! again within what the budget lets a world register ([`crate::budgeted`]).
 
 use std::collections::BTreeMap;
 
 use policy::{Algo, Band, CapacityEntry, TableKey};
 use serde::Serialize;
 
+use crate::budgeted::{self, KeyRegret, WorldBudget};
 use crate::evidence::{Evidence, KeyEvidence};
+use crate::memory::Budget;
 use crate::stats;
 
 /// The knobs of the band rule. The defaults are what the tuner writes notes for.
@@ -39,6 +44,10 @@ pub struct FitSettings {
     pub margin: f64,
     /// Points with fewer samples than this are ignored.
     pub min_samples: usize,
+    /// GPU memory per rank the tables of one world size may make a world
+    /// register (`None`: unbounded). Evidence swept under a budget is fitted
+    /// within the smaller of the two.
+    pub memory_budget: Option<Budget>,
 }
 
 /// The margin `fit` and `sweep` use unless told otherwise.
@@ -49,6 +58,7 @@ impl Default for FitSettings {
         FitSettings {
             margin: DEFAULT_MARGIN,
             min_samples: 5,
+            memory_budget: None,
         }
     }
 }
@@ -90,6 +100,17 @@ pub struct FitResult {
     /// Keys without a single usable point.
     #[serde(rename = "dropped")]
     pub skipped: Vec<Dropped>,
+    /// The memory budget per rank the tables were fitted for (the sweep's
+    /// or the fit's, the smaller; `None`: unbounded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<u64>,
+    /// What the fit's budget did to each world size (empty without one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub worlds: Vec<WorldBudget>,
+    /// Per key, what the budget costs against the unbounded fit (empty
+    /// without a budget).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub regret: Vec<KeyRegret>,
     #[serde(skip)]
     pub settings: FitSettings,
 }
@@ -117,7 +138,7 @@ pub fn fit(evidence: &Evidence, settings: &FitSettings) -> FitResult {
     let mut skipped = Vec::new();
     let mut ordered: Vec<&KeyEvidence> = evidence.keys.iter().collect();
     ordered.sort_by_key(|k| k.key());
-    for key in ordered {
+    for key in &ordered {
         match fit_key(key, capacities, settings) {
             Some(fit) => keys.push(fit),
             None => skipped.push(Dropped {
@@ -126,11 +147,57 @@ pub fn fit(evidence: &Evidence, settings: &FitSettings) -> FitResult {
             }),
         }
     }
-    FitResult {
+    let swept_within = evidence.settings.memory_budget;
+    let memory_budget = match (swept_within, settings.memory_budget) {
+        (Some(a), Some(b)) => Some(a.min(b.bytes)),
+        (a, b) => a.or(b.map(|b| b.bytes)),
+    };
+    let mut result = FitResult {
         keys,
         skipped,
+        memory_budget,
+        worlds: Vec::new(),
+        regret: Vec::new(),
         settings: *settings,
+    };
+    let Some(budget) = settings.memory_budget else {
+        // Evidence swept under a budget holds no custom point past what the
+        // budget let the world take, so its bands end within it already.
+        return result;
+    };
+    let budget = Budget {
+        bytes: memory_budget.unwrap_or(budget.bytes),
+        ..budget
+    };
+    let unbounded = std::mem::take(&mut result.keys);
+    let mut world_sizes: Vec<u32> = unbounded.iter().map(|k| k.key.world_size).collect();
+    world_sizes.sort_unstable();
+    world_sizes.dedup();
+    for world in world_sizes {
+        let of_world: Vec<&KeyEvidence> = ordered
+            .iter()
+            .copied()
+            .filter(|k| k.world_size == world)
+            .collect();
+        let fits: Vec<KeyFit> = unbounded
+            .iter()
+            .filter(|k| k.key.world_size == world)
+            .cloned()
+            .collect();
+        let (fitted, report) = budgeted::fit_world(
+            &of_world,
+            &fits,
+            capacities,
+            (evidence.platform.link, world),
+            &budget,
+            settings,
+        );
+        result.keys.extend(fitted);
+        result.worlds.push(report);
     }
+    result.keys.sort_by_key(|k| k.key);
+    result.regret = budgeted::regret(evidence, &unbounded, &result.keys, &result.worlds, settings);
+    result
 }
 
 /// One measured size: the median of each algorithm that can own it.
@@ -371,6 +438,9 @@ impl FitResult {
         }
         for dropped in &self.skipped {
             let _ = writeln!(out, "{}: skipped ({})", dropped.key, dropped.why);
+        }
+        if let (Some(budget), false) = (self.memory_budget, self.worlds.is_empty()) {
+            out.push_str(&budgeted::report(budget, &self.worlds, &self.regret));
         }
         out
     }

@@ -16,7 +16,9 @@
 //!   the resulting [`evidence`];
 //! - [`stats`], [`fit`], [`tuned_file`], [`tuned_folder`], [`verify`]: bands
 //!   from evidence, the TOML (through `tuned_schema`) merged into the file
-//!   and folder it goes to, and the regret judgement;
+//!   and folder it goes to, and the regret judgement; [`memory`] and
+//!   [`budgeted`]: a memory budget per rank as `kernels` applies it, and the
+//!   fit within one with what it costs;
 //! - [`tables`] (the compiled tables or tuned files, answered by one set of
 //!   rules), [`show`], [`explain`], [`plot`], [`format`](mod@format): reading
 //!   tables and evidence;
@@ -41,6 +43,7 @@
 //! ```
 
 pub mod backend;
+pub mod budgeted;
 pub mod candidates;
 mod clock;
 #[allow(
@@ -57,6 +60,7 @@ pub mod grid;
 pub mod harness;
 mod json_layout;
 pub mod logging;
+pub mod memory;
 pub mod observe;
 pub mod plot;
 mod progress;

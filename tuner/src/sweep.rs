@@ -154,12 +154,13 @@ pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan
             settings.min_bytes, settings.max_bytes
         ));
     }
-    let capacities = backend.platform().capacities;
     let mut keys = Vec::new();
     let mut grid_points = 0;
     let mut estimated_seconds = 0.0;
     // World size outermost: a GPU backend builds one world at a time.
     for &world_size in &world_sizes {
+        // What the world takes: under a memory budget, the capped capacities.
+        let capacities = backend.capacities(world_size);
         for &collective in &settings.collectives {
             for &dtype in &settings.dtypes {
                 for &mode in &settings.modes {
@@ -191,8 +192,9 @@ pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan
     })
 }
 
-/// The grid of one key, plus the capacity of each custom algorithm inside the
-/// range (aligned down), so a band can reach exactly as far as its kernel can.
+/// The grid of one key, plus the capacity of each custom algorithm in its
+/// world inside the range (aligned down), so a band can reach exactly as far
+/// as its kernel can.
 fn key_sizes(
     capacities: &[policy::CapacityEntry],
     key: TableKey,
@@ -257,6 +259,7 @@ pub fn sweep(
             bisect_resolution: settings.bisect_resolution,
             max_probe_rounds: settings.max_probe_rounds,
             seed: None,
+            memory_budget: backend.memory_budget().map(|b| b.bytes),
         },
         complete: false,
         keys: Vec::new(),
@@ -501,6 +504,53 @@ mod tests {
         assert!(
             plan.keys[0].sizes.contains(&100_000),
             "push's capacity is a grid point"
+        );
+    }
+
+    /// Under a memory budget the sweep measures what the world takes: no
+    /// custom point past the capped capacities, each cap a grid point, and
+    /// the budget in the evidence.
+    #[test]
+    fn a_budget_caps_what_the_sweep_measures() {
+        let budget = crate::memory::Budget {
+            bytes: 8 << 20,
+            model: crate::memory::tests::four_times_the_largest,
+        };
+        let config = SyntheticConfig::planted(0.02, 1);
+        let largest = config
+            .capacities
+            .iter()
+            .map(|c| c.capacity.max_bytes)
+            .max()
+            .unwrap();
+        assert!(4 * largest > 8 << 20, "the budget must bind");
+        let mut backend = SyntheticBackend::new(config).within(Some(budget));
+        let planned = plan(&backend, &small_settings()).unwrap();
+        assert!(
+            planned.keys[0].sizes.contains(&(2 << 20)),
+            "the cap is a grid point"
+        );
+        let outcome = sweep(&mut backend, &small_settings(), "2026-01-01", &mut Quiet).unwrap();
+        assert_eq!(outcome.status, RunStatus::Complete);
+        assert_eq!(outcome.evidence.settings.memory_budget, Some(8 << 20));
+        let key = &outcome.evidence.keys[0];
+        assert!(key.points.iter().all(|p| p.error.is_none()));
+        let custom_top = key
+            .points
+            .iter()
+            .filter(|p| p.algo.is_custom())
+            .map(|p| p.bytes)
+            .max()
+            .unwrap();
+        assert_eq!(custom_top, 2 << 20);
+        assert!(
+            key.points.iter().any(|p| p.bytes > 2 << 20),
+            "NCCL above the cap"
+        );
+        // The recorded capacities are the platform's: the budget says the rest.
+        assert_eq!(
+            outcome.evidence.platform.capacities,
+            SyntheticConfig::planted(0.02, 1).capacities
         );
     }
 

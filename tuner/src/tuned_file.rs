@@ -73,7 +73,12 @@ pub fn build_document(
                 // The file's `[platform]` names the measurement; a merge into a
                 // file with other sources makes it explicit (`tuned_schema::merge`).
                 source: None,
-                note: Some(table_note(key, &fit.settings, &platform.tuner_version)),
+                note: Some(table_note(
+                    key,
+                    &fit.settings,
+                    &platform.tuner_version,
+                    fit.memory_budget,
+                )),
                 bands: key.bands.clone(),
             })
             .collect(),
@@ -92,10 +97,22 @@ pub fn source_of(evidence: &Evidence) -> Source {
     }
 }
 
-/// How a table was measured, for the reviewer reading the TOML.
-fn table_note(key: &KeyFit, settings: &FitSettings, tuner_version: &str) -> String {
+/// How a table was measured, for the reviewer reading the TOML: with the
+/// memory budget per rank it was fitted for, if any.
+fn table_note(
+    key: &KeyFit,
+    settings: &FitSettings,
+    tuner_version: &str,
+    memory_budget: Option<u64>,
+) -> String {
+    let budget = memory_budget.map_or(String::new(), |b| {
+        format!(
+            ", memory budget {} per rank",
+            tuned_schema::size::format_size(b)
+        )
+    });
     format!(
-        "measured by tuner v{tuner_version}: {} sizes, at least {} samples/point, noise margin {}%",
+        "measured by tuner v{tuner_version}: {} sizes, at least {} samples/point, noise margin {}%{budget}",
         key.sizes,
         key.min_samples,
         (settings.margin * 1000.0).round() / 10.0

@@ -443,3 +443,48 @@ fn a_wrong_log_level_is_a_usage_error() {
         .expect("the tuner binary runs");
     assert_eq!(quiet.status.code(), Some(0), "{}", text(&quiet.stderr));
 }
+
+/// `fit --memory-budget` fits within what `kernels` registers for the
+/// tables, so it needs `kernels` built in: with it, the tables say their
+/// budget and the report what it cost; without, one usage error.
+#[test]
+fn fit_takes_a_memory_budget_where_kernels_is_built_in() {
+    let dir = common::scratch("fit-budget");
+    let evidence = dir.join("sm90-loopback.evidence.json");
+    std::fs::copy(
+        "examples/h200-loopback/sm90-loopback.evidence.json",
+        &evidence,
+    )
+    .unwrap();
+    let toml = dir.join("sm90-loopback.toml");
+    let out = tuner(&[
+        "fit",
+        evidence.to_str().unwrap(),
+        "--memory-budget",
+        "8MiB",
+        "-o",
+        toml.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    if cfg!(feature = "gpu") {
+        assert!(out.status.success(), "{stderr}");
+        assert!(stdout.contains("memory budget 8MiB per rank"), "{stdout}");
+        assert!(
+            stdout.contains("world size 2: the unbounded tables take"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("regret mean"), "{stdout}");
+        let written = std::fs::read_to_string(&toml).unwrap();
+        assert!(
+            written.contains(", memory budget 8MiB per rank\""),
+            "{written}"
+        );
+    } else {
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.starts_with("tuner: --memory-budget needs a tuner built with the `gpu` feature"),
+            "{stderr}"
+        );
+        assert!(!toml.exists());
+    }
+}

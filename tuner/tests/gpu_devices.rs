@@ -14,6 +14,7 @@ use tuner::harness::concurrent::for_each_rank;
 use tuner::harness::validation::{
     check_all_gather, check_all_reduce, check_nccl_all_reduce, random_inputs,
 };
+use tuner::harness::world::measuring;
 
 const SWEEP_BYTES: [usize; 5] = [16, 592, 65_552, 1 << 20, 8 << 20];
 
@@ -26,7 +27,7 @@ fn devices_world(count: usize) -> Vec<RankComm> {
             ctx.new_stream().expect("a stream")
         })
         .collect();
-    World::devices(streams, Options::default())
+    World::devices(streams, measuring(None, true))
         .unwrap_or_else(|e| panic!("building a world of {count} GPUs: {e}"))
 }
 
@@ -199,7 +200,7 @@ fn devices_world_of_one_gpu() {
     let twice = vec![ctx.new_stream().unwrap(), ctx.new_stream().unwrap()];
     suite.record(
         "two ranks on one GPU are refused",
-        match World::devices(twice, Options::default()) {
+        match World::devices(twice, measuring(None, true)) {
             Err(kernels::Error::Mismatch(what)) => {
                 eprintln!("   ok: {what}");
                 Ok(())
@@ -372,7 +373,7 @@ fn a_rank_that_stops_calling_times_out_its_peer_and_drops_bounded() {
         timeout: Duration::from_millis(500),
         // The bound on NCCL work whose peer never calls.
         drain_timeout: Duration::from_secs(2),
-        ..Options::default()
+        ..measuring(None, true)
     };
     let mut suite = Suite::new("devices world with a silent rank");
     // A custom kernel: the device-side wait ends after `timeout`.

@@ -23,6 +23,7 @@ use half::bf16;
 use kernels::{Error, Options, RankComm, Select, World};
 use policy::Algo;
 use tuner::harness::concurrent::for_each_rank;
+use tuner::harness::world::measuring;
 
 /// Ends the process if the test it guards has not finished within its
 /// limit: a wait without a bound must fail the run, not hold the GPU.
@@ -176,7 +177,7 @@ fn queued_behind_a_fault(ctx: &Arc<CudaContext>, wait: Wait) -> Result<(), Strin
     let options = Options {
         timeout,
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     let mut ranks = loopback(ctx, 2, options);
     let engine = engine_stream(ctx);
@@ -267,7 +268,7 @@ fn a_rank_dropped_with_work_it_cannot_end_keeps_what_that_work_uses() {
         timeout: Duration::from_millis(100),
         drain_timeout: Duration::from_millis(300),
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     let mut ranks = loopback(&ctx, 2, options);
     let side = engine_stream(&ctx);
@@ -369,7 +370,7 @@ fn eager_calls_behind_a_wait_that_never_ends_time_out() {
         timeout: Duration::from_secs(3600),
         drain_timeout: drain,
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     let mut ranks = loopback(&ctx, 2, options);
     let outcome = stalled_after_an_nccl_call(&mut ranks, drain);
@@ -472,7 +473,7 @@ fn a_fault_only_the_host_knows_ends_the_peers_waits() {
         timeout,
         drain_timeout: Duration::from_millis(300),
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     let ranks = loopback(&ctx, 2, options);
     let n = 8 * 1024;
@@ -581,7 +582,7 @@ fn health_polled_while_nccl_is_aborted_across_gpus() {
         // The bound on an NCCL call still connecting to its peers.
         join_timeout: Duration::from_secs(1),
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     let ranks = World::devices(two_gpu_streams(), options).expect("a world of two GPUs");
     let lifeline = ranks[0].lifeline();
@@ -651,7 +652,7 @@ fn a_failed_check_aborts_nccl_and_waits_for_the_stream_across_gpus() {
         timeout: Duration::from_millis(500),
         drain_timeout: Duration::from_secs(2),
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     let mut ranks = World::devices(two_gpu_streams(), options).expect("a world of two GPUs");
     let n = 128 * 1024;
@@ -729,7 +730,7 @@ fn eager_calls_behind_a_hung_nccl_call_time_out_across_gpus() {
         timeout: Duration::from_millis(500),
         drain_timeout: drain,
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     let mut ranks = World::devices(two_gpu_streams(), options).expect("a world of two GPUs");
     let outcome = stalled_after_an_nccl_call(&mut ranks, drain);

@@ -16,13 +16,14 @@ use half::{bf16, f16};
 use kernels::{Element, Error, Fallback, Options, RankComm, Select, World};
 use policy::{Algo, AlgoKind, Collective, DType, Mode};
 use tuner::harness::timing::{TimingSpec, measure, validate};
+use tuner::harness::world::measuring;
 
 const MIB: usize = 1 << 20;
 const GRAPH_BYTES: usize = 65_552;
 const GRAPH_REPLAYS: usize = 1000;
 
 fn loopback(ctx: &Arc<CudaContext>, world: usize) -> Vec<RankComm> {
-    World::loopback(ctx.clone(), world, Options::default())
+    World::loopback(ctx.clone(), world, measuring(None, true))
         .unwrap_or_else(|e| panic!("building a loopback world of {world}: {e}"))
 }
 
@@ -308,7 +309,7 @@ fn a_shape_that_cannot_be_resident_is_refused() {
     let mut suite = Suite::new("launch shapes");
     let options = Options {
         blocks: Some(16),
-        ..Options::default()
+        ..measuring(None, true)
     };
     suite.record(
         "world 8, 16 blocks per rank, programmatic launch",
@@ -329,7 +330,7 @@ fn a_shape_that_cannot_be_resident_is_refused() {
     let options = Options {
         blocks: Some(16),
         programmatic_launch: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     suite.record(
         "world 8, 16 blocks per rank, no programmatic launch",
@@ -450,6 +451,157 @@ fn loopback_capacity_sizes() {
         }
         suite.note(&format!("world {world} done"));
     }
+    suite.finish();
+}
+
+/// GPU memory free on `ctx`'s device, in bytes.
+fn free_bytes(ctx: &Arc<CudaContext>) -> u64 {
+    ctx.bind_to_thread().expect("binding the context");
+    cudarc::driver::result::mem_get_info()
+        .expect("cuMemGetInfo")
+        .0 as u64
+}
+
+/// What a world registers, and a memory budget: every rank reports the same
+/// footprint, within the budget; a loopback world sized by the tables (which
+/// have no loopback platform, so select NCCL everywhere) registers only its
+/// control blocks and the reference collective's staging; a world of one
+/// registers an NCCL window only when asked; under a budget a forced call at
+/// the lowered capacity runs the algorithm and one a pack past it runs the
+/// fallback, both correct; and what the budget saves shows in the GPU's
+/// free memory.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn loopback_memory_budget() {
+    let ctx = gpu();
+    let mut suite = Suite::new("memory budget");
+    let by_tables = World::loopback(ctx.clone(), 4, Options::default()).expect("world");
+    let f = by_tables[0].memory();
+    suite.note(&format!("world 4 by the tables: {f}"));
+    suite.record(
+        "by the tables, a loopback world registers the reference's staging only",
+        if by_tables.iter().all(|r| r.memory() == f)
+            && f.push == 0
+            && f.staging == 2 * MIB as u64
+            && f.nccl_window == 0
+            && by_tables[0]
+                .capacity(Collective::AllReduce, Algo::OneShotPush)
+                .max_bytes
+                == 0
+        {
+            Ok(())
+        } else {
+            Err(format!("{f:?}"))
+        },
+    );
+    drop(by_tables);
+
+    // A world of one has NCCL. No shipped table selects nccl_symmetric, so
+    // by the tables it registers no window; asked for, it registers one
+    // (where NCCL has windows: 2.27 and later), counted in its footprint.
+    let one = World::loopback(ctx.clone(), 1, Options::default()).expect("a world of one");
+    suite.record(
+        "a world of one registers no NCCL window unasked",
+        match (one[0].window_bytes(), one[0].memory().nccl_window) {
+            (0, 0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    drop(one);
+    let asked = Options {
+        nccl_window: true,
+        ..Options::default()
+    };
+    let one = World::loopback(ctx.clone(), 1, asked).expect("a world of one");
+    let version = kernels::raw::nccl_version().unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let windows = (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (2, 27);
+    let (bytes, counted) = (one[0].window_bytes(), one[0].memory().nccl_window);
+    suite.note(&format!(
+        "world of one asking for a window (NCCL {version}): {}",
+        one[0].memory()
+    ));
+    suite.record(
+        "a world of one asking for a window registers one, and counts it",
+        if bytes == counted && (bytes > 0) == windows && bytes <= 64 << 20 {
+            Ok(())
+        } else {
+            Err(format!(
+                "window {bytes} bytes, counted {counted}, NCCL {version}"
+            ))
+        },
+    );
+    drop(one);
+
+    const BUDGET: u64 = 64 << 20;
+    let mut used = Vec::new();
+    for budget in [None, Some(BUDGET)] {
+        let before = free_bytes(&ctx);
+        let mut ranks =
+            World::loopback(ctx.clone(), 8, measuring(budget, false)).expect("a world of 8");
+        let taken = before.saturating_sub(free_bytes(&ctx));
+        let f = ranks[0].memory();
+        suite.note(&format!(
+            "world 8, budget {budget:?}: {f}; the GPU's free memory fell by {} MiB",
+            taken >> 20
+        ));
+        used.push((taken, f.gpu()));
+        suite.record(
+            &format!("budget {budget:?}: every rank the same footprint, within the budget"),
+            if ranks.iter().all(|r| r.memory() == f) && budget.is_none_or(|b| f.gpu() <= b) {
+                Ok(())
+            } else {
+                Err(format!("{f:?}"))
+            },
+        );
+        suite.record(
+            &format!("budget {budget:?}: the GPU gave at least the footprint of every rank"),
+            if taken >= 8 * f.gpu() {
+                Ok(())
+            } else {
+                Err(format!("{taken} bytes for 8 x {}", f.gpu()))
+            },
+        );
+        if budget.is_none() {
+            continue;
+        }
+        let cap = ranks[0]
+            .capacity(Collective::AllReduce, Algo::TwoShotPull)
+            .max_bytes as usize;
+        suite.note(&format!("two_shot_pull capped at {cap} bytes"));
+        suite.record(
+            "the budget lowered two_shot_pull's capacity",
+            if cap > 0 && cap < 64 * MIB {
+                Ok(())
+            } else {
+                Err(format!("{cap}"))
+            },
+        );
+        let largest = cap / 16 * 16;
+        for (bytes, expect) in [(largest, Algo::TwoShotPull), (largest + 16, Algo::Nccl)] {
+            let case = Case {
+                collective: Collective::AllReduce,
+                how: Select::Force(Algo::TwoShotPull),
+                per_rank: bytes / 2,
+                placement: Placement::OutOfPlace,
+                seed: 0xB00 | bytes as u64,
+            };
+            run::<bf16>(&mut suite, &ctx, &mut ranks, case, Mode::Eager, expect, 0);
+        }
+    }
+    // What the budget saved per rank, and what it saved on the GPU, agree
+    // within what allocation granularity and the driver's own use explain.
+    let ((unbounded_taken, unbounded), (bounded_taken, bounded)) = (used[0], used[1]);
+    let planned = 8 * (unbounded - bounded);
+    let saved = unbounded_taken.saturating_sub(bounded_taken);
+    suite.record(
+        "the GPU's free memory shows what the budget saved",
+        if saved.abs_diff(planned) <= planned / 10 + (64 << 20) {
+            Ok(())
+        } else {
+            Err(format!("saved {saved} bytes, planned {planned}"))
+        },
+    );
     suite.finish();
 }
 
@@ -718,7 +870,7 @@ fn timeout_when_a_peer_never_launches() {
     for (collective, algo) in cases {
         let options = Options {
             timeout,
-            ..Options::default()
+            ..measuring(None, true)
         };
         let ranks = World::loopback(ctx.clone(), 2, options).expect("world");
         let stream = ranks[0].stream().clone();
@@ -1277,7 +1429,7 @@ fn mismatched(
     let options = Options {
         timeout,
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     let mut ranks =
         World::loopback(ctx.clone(), world, options).map_err(|e| format!("world: {e}"))?;
@@ -1553,7 +1705,7 @@ fn stalled_call_marks_its_output(
     let options = Options {
         timeout: Duration::from_millis(100),
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     let mut ranks = World::loopback(ctx.clone(), world, options).map_err(|e| e.to_string())?;
     let stalled = world - 1;
@@ -1794,7 +1946,7 @@ fn mismatch_after_wrap(
     let options = Options {
         timeout: Duration::from_secs(1),
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     let mut ranks = World::loopback(ctx.clone(), world, options).map_err(|e| e.to_string())?;
     for (_, bytes) in [usual, odd] {
@@ -1952,7 +2104,7 @@ fn stalled_peer(ctx: &Arc<CudaContext>, world: usize) -> Result<(), String> {
     let options = Options {
         timeout,
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     };
     let mut ranks = World::loopback(ctx.clone(), world, options).map_err(|e| e.to_string())?;
     let stalled = world - 1;

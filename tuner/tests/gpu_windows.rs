@@ -27,6 +27,7 @@ use kernels::{Error, Options, RankComm, Select, WindowBuffer, World};
 use policy::{Algo, Collective};
 use tuner::harness::concurrent::for_each_rank;
 use tuner::harness::validation::{check_all_gather, check_all_reduce_of, random_inputs};
+use tuner::harness::world::measuring;
 
 /// bf16 elements each rank contributes: 8 KiB, which every algorithm takes.
 const N: usize = 4096;
@@ -35,7 +36,7 @@ fn options() -> Options {
     Options {
         timeout: Duration::from_secs(1),
         log_declines: false,
-        ..Options::default()
+        ..measuring(None, true)
     }
 }
 

@@ -24,6 +24,7 @@ fn fit_args(evidence: &std::path::Path, out: &std::path::Path) -> FitCommandArgs
         fit: FitArgs {
             margin_pct: tuner::fit::DEFAULT_MARGIN * 100.0,
             min_samples: 5,
+            memory_budget: None,
         },
     }
 }

@@ -174,8 +174,10 @@ impl RankComm {
         )
     }
 
-    /// The capacity `policy` gives `algo` for `collective` on this world's
-    /// platform (what the registered buffers were sized for).
+    /// What `algo` takes for `collective` in this world (what the registered
+    /// buffers were sized for): its platform capacity from `policy`, lowered
+    /// to what the tables in use select here and to what the memory budget
+    /// allows (`Options::buffers`, `Options::memory_budget`).
     pub fn capacity(&self, collective: Collective, algo: Algo) -> crate::vocab::Capacity {
         self.res.shared.caps.of(collective, algo)
     }

@@ -81,6 +81,53 @@ pub struct Options {
     /// damaged entry) is logged and the kernels are compiled: the cache never
     /// fails a world.
     pub kernel_cache: KernelCache,
+    /// What the registered buffers are sized for. Default
+    /// [`BufferSizing::Tables`]: only what the tables in use can select in
+    /// this world.
+    pub buffers: BufferSizing,
+    /// GPU memory a world may register per rank (push and staging regions,
+    /// control block, NCCL window; `None`: unbounded). When what the buffers
+    /// are sized for exceeds it, every capacity is lowered to the largest
+    /// common cap that fits, said once in the log; calls past it run NCCL
+    /// (the loopback reference in a loopback world), as any call past a
+    /// capacity does: never an error, never a wrong result.
+    /// [`RankComm::memory`](super::RankComm::memory) says what was
+    /// allocated. Default [`DEFAULT_MEMORY_BUDGET`] (256 MiB).
+    pub memory_budget: Option<u64>,
+    /// Register an NCCL window for `nccl_symmetric` (its platform capacity,
+    /// within the budget) even when no table in use selects it, for engines
+    /// that force it and for measuring. Where a table selects it the window
+    /// is registered anyway (as large as the tables select it). Default false.
+    pub nccl_window: bool,
+}
+
+/// The default [`Options::memory_budget`]: 256 MiB of GPU memory per rank.
+/// The bound issue 30 sets for the shipped H200 tables at world sizes 2, 4
+/// and 8, taken whole: a smaller default only sends more calls to NCCL.
+/// What it costs each shipped table, and the footprints it gives, are in
+/// kernels/GPU.md, "Memory".
+pub const DEFAULT_MEMORY_BUDGET: u64 = 256 << 20;
+
+/// What a world sizes its registered buffers for (see
+/// [`Options::buffers`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufferSizing {
+    /// Each algorithm gets the largest size a band of the tables in use
+    /// selects it for in this world (its platform capacity at most; an open
+    /// last band reaches it), or every size when `COLLTUNE_ALGO` forces it;
+    /// an algorithm no band selects gets no buffer. A forced call
+    /// ([`Select::Force`]) of such an algorithm declines. A world whose
+    /// platform has no table (a loopback world, an architecture without a
+    /// file) selects NCCL for everything and registers only its control
+    /// block (and the loopback reference's staging).
+    Tables,
+    /// Every custom kernel gets its platform capacity, whatever the tables
+    /// select: what the tuner and the GPU tests use to run every algorithm
+    /// at every size it may take. The NCCL window is registered as with
+    /// `Tables` ([`Options::nccl_window`] asks for it): registering one is a
+    /// collective of its own, which a world that never uses it need not
+    /// hold.
+    Capacities,
 }
 
 impl Default for Options {
@@ -96,6 +143,9 @@ impl Default for Options {
             programmatic_launch: true,
             nccl_blocking: false,
             kernel_cache: KernelCache::FromEnv,
+            buffers: BufferSizing::Tables,
+            memory_budget: Some(DEFAULT_MEMORY_BUDGET),
+            nccl_window: false,
         }
     }
 }
@@ -153,5 +203,13 @@ mod tests {
         assert!(o.drain_timeout > o.timeout);
         assert!(o.blocks.is_none() && o.threads.is_none() && o.log_declines);
         assert!(o.join_timeout > o.timeout);
+    }
+
+    #[test]
+    fn by_default_buffers_follow_the_tables_within_256_mib() {
+        let o = Options::default();
+        assert_eq!(o.buffers, BufferSizing::Tables);
+        assert_eq!(o.memory_budget, Some(256 << 20));
+        assert!(!o.nccl_window);
     }
 }

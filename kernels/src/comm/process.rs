@@ -37,6 +37,7 @@ use super::identity::{self, Identity};
 use super::membership::{Exchange, Membership};
 #[cfg(test)]
 use super::membership::{failure_report, read_round};
+use super::memory;
 use super::options::{Fallback, Options};
 use super::rank::{RankComm, RankParts};
 use super::registration::{BUFFER_NAMES, MappedMemory, RankMemory, Registration, Slot};
@@ -48,12 +49,13 @@ use crate::ffi;
 use crate::ipc::IpcHandle;
 use crate::module::{self, KernelSet};
 use crate::nccl::{NcclComm, NcclId};
+use crate::protocol::budget::{MemoryPlan, Registers};
 use crate::protocol::digest::{Digest, check_agreement};
 use crate::protocol::launch::{LaunchShape, Placement};
 use crate::protocol::layout::{BufferPlan, Capacities, capacity_pairs};
 use crate::protocol::reach::{self, Decision};
 use crate::rendezvous::{FileRendezvous, Rendezvous};
-use crate::selection::{self, Selector};
+use crate::selection::Selector;
 use crate::vocab::{DType, Link};
 use crate::window::Window;
 use crate::window::vote::{self, Outcome};
@@ -224,7 +226,7 @@ pub(crate) fn build(
         &decision,
         nccl_ref.is_some(),
         &via,
-        &options,
+        (&options, &selector),
         &hellos,
     );
     let prepared = membership.tell_failure(nccl_ref, &stream, "layout", prepared)?;
@@ -232,12 +234,12 @@ pub(crate) fn build(
         link,
         fallback,
         mut custom,
-        caps,
-        plan,
+        planned,
         shape,
         kernels,
         own,
     } = prepared;
+    let (caps, plan) = (planned.caps, planned.plan);
 
     // 3. The layout every rank derived, and the handles of the buffers.
     let mut layout = layout_digest(link, fallback, custom, &caps, &plan, shape);
@@ -295,9 +297,11 @@ pub(crate) fn build(
     }
 
     // 5. NCCL's symmetric window: every rank votes before any registers.
+    // Whether there is one to vote on follows from the capacities and the
+    // fallback, which the `layout` round found equal on every rank.
     let (window, window_bytes) = match (&nccl, fallback) {
-        (Some(comm), Fallback::Nccl) => {
-            let offer = symmetric::offer(&ctx, caps.window_bytes(), fail_window_allocation);
+        (Some(comm), Fallback::Nccl) if planned.window_bytes > 0 => {
+            let offer = symmetric::offer(&ctx, planned.window_bytes, fail_window_allocation);
             let agreed = vote::agree(
                 offer,
                 |mine| membership.round(Some(comm), &stream, "window", mine),
@@ -329,13 +333,14 @@ pub(crate) fn build(
     if let Some(comm) = &mut nccl {
         comm.finalize_on_drop();
     }
-    let shared = Arc::new(WorldShared {
+    let shared = Arc::new(WorldShared::new(
         registration,
-        caps,
-        peer_access: custom,
+        &planned,
+        custom,
         fallback,
         window_bytes,
-    });
+    ));
+    memory::announce(rank, &shared.footprint);
     RankComm::new(RankParts {
         rank,
         world_size: world,
@@ -551,8 +556,7 @@ struct Prepared {
     link: Link,
     fallback: Fallback,
     custom: bool,
-    caps: Capacities,
-    plan: BufferPlan,
+    planned: MemoryPlan,
     shape: LaunchShape,
     kernels: Arc<KernelSet>,
     own: RankMemory,
@@ -567,7 +571,7 @@ fn prepare(
     decision: &Decision,
     has_nccl: bool,
     via: &str,
-    options: &Options,
+    (options, selector): (&Options, &Selector),
     hellos: &[Digest],
 ) -> Result<Prepared> {
     let custom = decision.custom.is_ok();
@@ -612,17 +616,19 @@ fn prepare(
     } else {
         Placement::OwnGpus
     };
-    let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
-    let plan = if custom {
-        BufferPlan::new(&caps, world, fallback == Fallback::LoopbackReference)
-            .map_err(Error::Unsupported)?
-    } else {
-        BufferPlan {
+    let planned = memory::plan_world(
+        selector,
+        arch,
+        link,
+        Registers {
             world,
-            slot_bytes: 0,
-            staging_half_bytes: 0,
-        }
-    };
+            kernels: custom,
+            reference: fallback == Fallback::LoopbackReference,
+            window: fallback == Fallback::Nccl,
+        },
+        options,
+        rank,
+    )?;
     let compiled = module::compile_for(arch, world, &options.kernel_cache)?;
     let kernels = Arc::new(KernelSet::load(
         ctx,
@@ -637,7 +643,7 @@ fn prepare(
         identity::min_sms(hellos)?,
         &[kernels.as_ref()],
     )?;
-    let own = RankMemory::new(ctx, stream, &plan, options.sequence_start)?;
+    let own = RankMemory::new(ctx, stream, &planned.plan, options.sequence_start)?;
     stream
         .synchronize()
         .during("initialising registered buffers")?;
@@ -645,8 +651,7 @@ fn prepare(
         link,
         fallback,
         custom,
-        caps,
-        plan,
+        planned,
         shape,
         kernels,
         own,
@@ -942,6 +947,65 @@ mod tests {
             why.contains("disagree on slot_bytes: rank 0 has 1048576, rank 1 has 4194304"),
             "{why}"
         );
+    }
+
+    /// The layout a rank of a world of `world` on sm90 NVLink sends (without
+    /// its handles), planned from the shipped tables as `prepare` plans it.
+    fn planned_layout(world: usize, options: &Options) -> Digest {
+        let selector = Selector::from_spec("").unwrap();
+        let registers = Registers {
+            world,
+            kernels: true,
+            reference: false,
+            window: true,
+        };
+        let planned = memory::plan(
+            &selector,
+            crate::vocab::Arch::SM90,
+            Link::NvLink,
+            registers,
+            options,
+        )
+        .unwrap();
+        let shape = LaunchShape {
+            threads: 512,
+            max_blocks: 132,
+        };
+        layout_digest(
+            Link::NvLink,
+            Fallback::Nccl,
+            true,
+            &planned.caps,
+            &planned.plan,
+            shape,
+        )
+    }
+
+    #[test]
+    fn every_rank_plans_the_same_buffers_and_a_budget_that_differs_is_refused() {
+        let options = Options::default();
+        for world in [2, 4, 8] {
+            let layouts: Vec<Digest> = (0..world)
+                .map(|_| planned_layout(world, &options))
+                .collect();
+            for rank in 0..world {
+                check_layouts(rank, &layouts).unwrap();
+            }
+        }
+        // Rank 1 was given a smaller budget: its capacities are capped lower,
+        // and the `layout` round says where.
+        let smaller = Options {
+            memory_budget: Some(64 << 20),
+            ..Options::default()
+        };
+        let layouts = vec![planned_layout(2, &options), planned_layout(2, &smaller)];
+        let why = check_layouts(0, &layouts).unwrap_err().to_string();
+        let field = why
+            .split("rank 1 and rank 0 disagree on ")
+            .nth(1)
+            .and_then(|rest| rest.split(':').next())
+            .unwrap_or_else(|| panic!("{why}"));
+        assert!(layout_fields().iter().any(|f| f == field), "{why}");
     }
 
     #[test]

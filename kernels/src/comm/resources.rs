@@ -15,6 +15,7 @@ use crate::drain::{drain_within, wait_within};
 use crate::error::{Error, Result};
 use crate::module::KernelSet;
 use crate::nccl::{Ended, NcclComm};
+use crate::protocol::budget::{Footprint, MemoryPlan};
 use crate::protocol::layout::Capacities;
 use crate::window::Window;
 
@@ -52,12 +53,40 @@ impl RankWindows {
 /// What all ranks of a world share.
 pub(crate) struct WorldShared {
     pub(crate) registration: Registration,
+    /// What each algorithm takes in this world: the platform's capacities,
+    /// lowered to what the tables select and the memory budget allows.
     pub(crate) caps: Capacities,
     pub(crate) peer_access: bool,
     pub(crate) fallback: Fallback,
     /// Bytes of every rank's NCCL window, the same on all ranks (0: the
     /// world has none, and `nccl_symmetric` declines).
     pub(crate) window_bytes: u64,
+    /// Each rank's memory, as allocated (the window as registered).
+    pub(crate) footprint: Footprint,
+}
+
+impl WorldShared {
+    /// A world's shared state once its buffers are registered per
+    /// `planned` and its windows are `window_bytes` (0: none).
+    pub(crate) fn new(
+        registration: Registration,
+        planned: &MemoryPlan,
+        peer_access: bool,
+        fallback: Fallback,
+        window_bytes: u64,
+    ) -> WorldShared {
+        WorldShared {
+            registration,
+            caps: planned.caps,
+            peer_access,
+            fallback,
+            window_bytes,
+            footprint: Footprint {
+                nccl_window: window_bytes,
+                ..planned.footprint
+            },
+        }
+    }
 }
 
 /// Everything a rank's queued or captured GPU work uses. It lives as long as

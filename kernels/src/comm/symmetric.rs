@@ -240,7 +240,9 @@ impl RankComm {
     /// NCCL symmetric memory (`ncclMemAlloc`, registered by every rank
     /// together). Elsewhere (a loopback world of several ranks, a world
     /// joined through files, an NCCL without windows, a world that declined
-    /// them) it is plain device memory and nothing is registered, so engine
+    /// them, one that asked for none: no table in use selects
+    /// `nccl_symmetric` and [`Options::nccl_window`](super::Options::nccl_window)
+    /// is off) it is plain device memory and nothing is registered, so engine
     /// code is the same in every world, and so is the answer on every rank.
     ///
     /// Every rank calls this with the same `len` and `T`, in the same order:

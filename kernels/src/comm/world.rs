@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaStream};
 
+use super::memory;
 use super::options::{Fallback, Options};
 use super::rank::{RankComm, RankParts};
 use super::registration::Registration;
@@ -15,9 +16,9 @@ use crate::ffi;
 use crate::module::{self, KernelSet, KernelStartup};
 use crate::nccl::NcclComm;
 use crate::peer;
+use crate::protocol::budget::Registers;
 use crate::protocol::launch::{LaunchShape, Placement};
-use crate::protocol::layout::{BufferPlan, Capacities};
-use crate::selection::{self, Selector};
+use crate::selection::Selector;
 use crate::vocab::{Arch, Link};
 use crate::window::Window;
 
@@ -54,9 +55,20 @@ impl World {
         } else {
             Fallback::LoopbackReference
         };
-        let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
-        let plan = BufferPlan::new(&caps, world_size, fallback == Fallback::LoopbackReference)
-            .map_err(Error::Unsupported)?;
+        let selector = Selector::from_env()?;
+        let planned = memory::plan_world(
+            &selector,
+            arch,
+            link,
+            Registers {
+                world: world_size,
+                kernels: true,
+                reference: fallback == Fallback::LoopbackReference,
+                window: world_size == 1,
+            },
+            &options,
+            0,
+        )?;
         let compiled = module::compile_for(arch, world_size, &options.kernel_cache)?;
         let kernels = Arc::new(KernelSet::load(
             &ctx,
@@ -76,7 +88,8 @@ impl World {
             .collect::<std::result::Result<Vec<_>, _>>()
             .during("creating the ranks' streams")?;
         let contexts = vec![ctx.clone(); world_size];
-        let registration = Registration::new(&contexts, &streams, plan, options.sequence_start)?;
+        let registration =
+            Registration::new(&contexts, &streams, planned.plan, options.sequence_start)?;
         let nccl: Vec<Option<NcclComm>> = if world_size == 1 {
             NcclComm::init_all(&[ctx.ordinal() as i32], options.nccl_blocking)?
                 .into_iter()
@@ -86,16 +99,18 @@ impl World {
             (0..world_size).map(|_| None).collect()
         };
         let (windows, window_bytes) = match &nccl[..] {
-            [Some(comm)] => register_rank_windows(&[(comm, &ctx)], caps.window_bytes())?,
+            [Some(comm)] if planned.window_bytes > 0 => {
+                register_rank_windows(&[(comm, &ctx)], planned.window_bytes)?
+            }
             _ => ((0..world_size).map(|_| None).collect(), 0),
         };
-        let shared = Arc::new(WorldShared {
+        let shared = Arc::new(WorldShared::new(
             registration,
-            caps,
-            peer_access: true,
+            &planned,
+            true,
             fallback,
             window_bytes,
-        });
+        ));
         let kernel_sets = vec![kernels; world_size];
         assemble(
             streams,
@@ -103,9 +118,8 @@ impl World {
             nccl,
             windows,
             shared,
-            arch,
-            link,
-            shape,
+            (arch, link, shape),
+            selector,
             options,
         )
     }
@@ -157,16 +171,20 @@ impl World {
         let topology = peer::connect(&contexts)?;
         // One GPU has no link: `connect` calls that world `Loopback`.
         let link = topology.link;
-        let caps = Capacities::from_fn(|c, a| selection::capacity(arch, link, c, a));
-        let plan = if topology.peer_access {
-            BufferPlan::new(&caps, world_size, false).map_err(Error::Unsupported)?
-        } else {
-            BufferPlan {
+        let selector = Selector::from_env()?;
+        let planned = memory::plan_world(
+            &selector,
+            arch,
+            link,
+            Registers {
                 world: world_size,
-                slot_bytes: 0,
-                staging_half_bytes: 0,
-            }
-        };
+                kernels: topology.peer_access,
+                reference: false,
+                window: true,
+            },
+            &options,
+            0,
+        )?;
         let compiled = module::compile_for(arch, world_size, &options.kernel_cache)?;
         let kernel_sets = contexts
             .iter()
@@ -176,7 +194,8 @@ impl World {
             .collect::<Result<Vec<_>>>()?;
         let loaded: Vec<&KernelSet> = kernel_sets.iter().map(|k| k.as_ref()).collect();
         let shape = launch_shape(&options, world_size, Placement::OwnGpus, sms, &loaded)?;
-        let registration = Registration::new(&contexts, &streams, plan, options.sequence_start)?;
+        let registration =
+            Registration::new(&contexts, &streams, planned.plan, options.sequence_start)?;
         let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();
         // A collective NCCL answers with "in progress" (still connecting) is
         // bounded like the joining of a world of processes.
@@ -188,23 +207,26 @@ impl World {
             })
             .collect();
         let ranks: Vec<_> = comms.iter().zip(&contexts).collect();
-        let (windows, window_bytes) = register_rank_windows(&ranks, caps.window_bytes())?;
-        let shared = Arc::new(WorldShared {
+        let (windows, window_bytes) = if planned.window_bytes > 0 {
+            register_rank_windows(&ranks, planned.window_bytes)?
+        } else {
+            (ranks.iter().map(|_| None).collect(), 0)
+        };
+        let shared = Arc::new(WorldShared::new(
             registration,
-            caps,
-            peer_access: topology.peer_access,
-            fallback: Fallback::Nccl,
+            &planned,
+            topology.peer_access,
+            Fallback::Nccl,
             window_bytes,
-        });
+        ));
         assemble(
             streams,
             kernel_sets,
             comms.into_iter().map(Some).collect(),
             windows,
             shared,
-            arch,
-            link,
-            shape,
+            (arch, link, shape),
+            selector,
             options,
         )
     }
@@ -250,13 +272,12 @@ fn assemble(
     nccl: Vec<Option<NcclComm>>,
     windows: Vec<Option<Window>>,
     shared: Arc<WorldShared>,
-    arch: Arch,
-    link: Link,
-    shape: LaunchShape,
+    (arch, link, shape): (Arch, Link, LaunchShape),
+    selector: Selector,
     options: Options,
 ) -> Result<Vec<RankComm>> {
     let world_size = streams.len();
-    let selector = Selector::from_env()?;
+    memory::announce(0, &shared.footprint);
     streams
         .into_iter()
         .zip(kernel_sets)

@@ -12,12 +12,14 @@
 //! - a control block of [`ctrl::BYTES`](super::ctrl::BYTES).
 //!
 //! Each region is sized by the largest footprint
-//! ([`registry::CustomAlgorithm::footprint`]) of the calls the platform's
-//! capacities allow through it.
+//! ([`registry::CustomAlgorithm::footprint`]) of the calls the world's
+//! capacities allow through it. Those are the platform's capacities lowered to
+//! what the tables in use select ([`Capacities::selected`]) and to what the
+//! memory budget allows (`protocol::budget`).
 
 use super::registry::{self, Region};
 use super::{PACK_BYTES, PUSH_BUFFERS, STAGING_HALVES};
-use crate::vocab::{Algo, AlgoKind, Capacity, Collective};
+use crate::vocab::{Algo, AlgoKind, Band, Capacity, Collective};
 
 /// The capacities of the custom algorithms on one platform, one per
 /// (collective, algorithm) pair of the vocabulary.
@@ -59,6 +61,76 @@ impl Capacities {
             };
         }
         self.by_pair[index(&Collective::ALL, &collective)][index(&Algo::ALL, &algo)]
+    }
+
+    /// What the tables of one world select out of the platform's capacities
+    /// (`platform`): each (collective, algorithm) pair keeps the largest size
+    /// any band of `tables` (the bands of every table of the world's size,
+    /// each with its collective) selects it for, at most its platform
+    /// capacity; an open last band reaches the platform capacity, and a pair
+    /// no band selects gets nothing. An algorithm `forced(collective)` names
+    /// (the `COLLTUNE_ALGO` override) is selected at every size, so it keeps
+    /// its platform capacity and every other algorithm of that collective
+    /// gets nothing. Alignments are the platform's.
+    pub fn selected<'a>(
+        platform: &Capacities,
+        tables: impl IntoIterator<Item = (Collective, &'a [Band])>,
+        forced: impl Fn(Collective) -> Option<Algo>,
+    ) -> Capacities {
+        let mut reach = [[0u64; Algo::ALL.len()]; Collective::ALL.len()];
+        for (collective, bands) in tables {
+            if forced(collective).is_some() {
+                continue;
+            }
+            for band in bands {
+                let top = band.max.unwrap_or(u64::MAX);
+                let slot =
+                    &mut reach[index(&Collective::ALL, &collective)][index(&Algo::ALL, &band.algo)];
+                *slot = (*slot).max(top);
+            }
+        }
+        Capacities::from_fn(|collective, algo| {
+            let capacity = platform.of(collective, algo);
+            let wanted = match forced(collective) {
+                Some(chosen) if chosen == algo => capacity.max_bytes,
+                Some(_) => 0,
+                None => reach[index(&Collective::ALL, &collective)][index(&Algo::ALL, &algo)],
+            };
+            Capacity {
+                max_bytes: capacity.max_bytes.min(wanted),
+                align: capacity.align,
+            }
+        })
+    }
+
+    /// The same capacities, `other`'s where `take(collective, algo)` says so.
+    pub fn with(&self, other: &Capacities, take: impl Fn(Collective, Algo) -> bool) -> Capacities {
+        Capacities::from_fn(|collective, algo| {
+            if take(collective, algo) {
+                other.of(collective, algo)
+            } else {
+                self.of(collective, algo)
+            }
+        })
+    }
+
+    /// Every capacity lowered to at most `cap` bytes (alignments kept).
+    pub fn capped(&self, cap: u64) -> Capacities {
+        Capacities::from_fn(|collective, algo| {
+            let capacity = self.of(collective, algo);
+            Capacity {
+                max_bytes: capacity.max_bytes.min(cap),
+                align: capacity.align,
+            }
+        })
+    }
+
+    /// The largest capacity of any pair; 0 when none takes anything.
+    pub fn largest(&self) -> u64 {
+        capacity_pairs()
+            .map(|(collective, algo)| self.of(collective, algo).max_bytes)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Bytes of the NCCL window a rank registers: the largest capacity of an
@@ -301,6 +373,125 @@ mod tests {
         };
         assert_eq!(plan.push_region_bytes(), None);
         assert_eq!(plan.staging_region_bytes(), None);
+    }
+
+    fn band(max: Option<u64>, algo: Algo) -> Band {
+        Band { max, algo }
+    }
+
+    #[test]
+    fn a_pair_keeps_what_the_bands_select_it_for() {
+        let platform = caps(32 * MIB, 128 * MIB, 128 * MIB, 8 * MIB, 16 * MIB);
+        let graph = [
+            band(Some(4 * MIB), Algo::OneShotPush),
+            band(Some(100 * MIB), Algo::TwoShotPull),
+            band(None, Algo::Nccl),
+        ];
+        // Another table of the same world (eager) reaches further with push.
+        let eager = [
+            band(Some(6 * MIB + 16), Algo::OneShotPush),
+            band(None, Algo::Nccl),
+        ];
+        // All-gather's last band is open: its platform capacity.
+        let gather = [
+            band(Some(MIB), Algo::OneShotPush),
+            band(None, Algo::OneShotPull),
+        ];
+        let tables = [
+            (Collective::AllReduce, &graph[..]),
+            (Collective::AllReduce, &eager[..]),
+            (Collective::AllGather, &gather[..]),
+        ];
+        let selected = Capacities::selected(&platform, tables, |_| None);
+        let max = |c, a| selected.of(c, a).max_bytes;
+        // A band's edge is the largest size it selects.
+        assert_eq!(max(Collective::AllReduce, Algo::OneShotPush), 6 * MIB + 16);
+        assert_eq!(max(Collective::AllReduce, Algo::TwoShotPull), 100 * MIB);
+        assert_eq!(max(Collective::AllGather, Algo::OneShotPush), MIB);
+        assert_eq!(max(Collective::AllGather, Algo::OneShotPull), 16 * MIB);
+        // No band selects one_shot_pull for all-reduce: no room for it.
+        assert_eq!(max(Collective::AllReduce, Algo::OneShotPull), 0);
+        assert_eq!(max(Collective::AllReduce, Algo::NcclSymmetric), 0);
+        // Alignments are the platform's; NCCL still takes anything.
+        assert_eq!(
+            selected.of(Collective::AllReduce, Algo::OneShotPush).align,
+            16
+        );
+        assert!(
+            selected
+                .of(Collective::AllReduce, Algo::Nccl)
+                .accepts(u64::MAX)
+        );
+        // A band past the platform capacity is held to it.
+        let beyond = [band(Some(64 * MIB), Algo::OneShotPush)];
+        let held =
+            Capacities::selected(&platform, [(Collective::AllGather, &beyond[..])], |_| None);
+        assert_eq!(
+            held.of(Collective::AllGather, Algo::OneShotPush).max_bytes,
+            8 * MIB
+        );
+        // No tables: nothing is selected but NCCL.
+        let none = Capacities::selected(&platform, [], |_| None);
+        assert_eq!(none.largest(), 0);
+    }
+
+    #[test]
+    fn an_override_selects_its_algorithm_at_every_size_and_no_other() {
+        let platform = caps(32 * MIB, 128 * MIB, 128 * MIB, 8 * MIB, 16 * MIB);
+        let graph = [
+            band(Some(4 * MIB), Algo::OneShotPush),
+            band(None, Algo::Nccl),
+        ];
+        let gather = [band(Some(MIB), Algo::OneShotPush), band(None, Algo::Nccl)];
+        let tables = [
+            (Collective::AllReduce, &graph[..]),
+            (Collective::AllGather, &gather[..]),
+        ];
+        let forced = |c| (c == Collective::AllReduce).then_some(Algo::OneShotPull);
+        let selected = Capacities::selected(&platform, tables, forced);
+        let max = |c, a| selected.of(c, a).max_bytes;
+        assert_eq!(max(Collective::AllReduce, Algo::OneShotPull), 128 * MIB);
+        assert_eq!(max(Collective::AllReduce, Algo::OneShotPush), 0);
+        // The other collective still follows its table.
+        assert_eq!(max(Collective::AllGather, Algo::OneShotPush), MIB);
+        // Forcing NCCL leaves the collective no custom capacity at all.
+        let nccl = Capacities::selected(&platform, tables, |c| {
+            (c == Collective::AllGather).then_some(Algo::Nccl)
+        });
+        assert_eq!(
+            nccl.of(Collective::AllGather, Algo::OneShotPush).max_bytes,
+            0
+        );
+        assert_eq!(
+            nccl.of(Collective::AllReduce, Algo::OneShotPush).max_bytes,
+            4 * MIB
+        );
+    }
+
+    #[test]
+    fn capping_lowers_every_capacity_and_keeps_alignments() {
+        let c = caps(32 * MIB, 2 * MIB, 128 * MIB, 8 * MIB, 0);
+        let capped = c.capped(4 * MIB);
+        for (collective, algo) in capacity_pairs() {
+            let (before, after) = (c.of(collective, algo), capped.of(collective, algo));
+            assert_eq!(after.max_bytes, before.max_bytes.min(4 * MIB));
+            assert_eq!(after.align, before.align);
+        }
+        assert_eq!(c.largest(), 128 * MIB);
+        assert_eq!(capped.largest(), 4 * MIB);
+        let window = c.with(&caps(0, 0, 0, 0, 0), |_, algo| algo == Algo::OneShotPull);
+        assert_eq!(
+            window
+                .of(Collective::AllReduce, Algo::OneShotPull)
+                .max_bytes,
+            0
+        );
+        assert_eq!(
+            window
+                .of(Collective::AllReduce, Algo::OneShotPush)
+                .max_bytes,
+            32 * MIB
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! The CUDA sources never hard-code these numbers: [`cuda_prelude`] turns them
 //! into `#define`s prepended to the sources before NVRTC compiles them.
 
+pub mod budget;
 pub mod decline;
 pub mod digest;
 pub mod fault;

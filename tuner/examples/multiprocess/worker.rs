@@ -210,7 +210,8 @@ fn form(cli: &Cli, place: &Place) -> Result<(RankComm, Duration), Failure> {
 
 /// The world's options from the flags (the same on every rank).
 pub fn options_of(cli: &Cli) -> Options {
-    let defaults = Options::default();
+    // Every algorithm may be forced (`--algo`, the matrix): buffers for each.
+    let defaults = tuner::harness::world::measuring(None, true);
     let timeout = cli
         .timeout_ms
         .map_or(defaults.timeout, Duration::from_millis);

@@ -17,6 +17,8 @@
 use std::collections::HashMap;
 
 use crate::harness::timing::{self, DeviceInfo, TimingSpec};
+use crate::harness::world::measuring;
+use crate::memory::Budget;
 use kernels::{Options, RankComm};
 use policy::{Algo, CapacityEntry, Collective, DType, Link, TableKey};
 
@@ -53,6 +55,10 @@ pub struct GpuBackend {
     /// Verification outcomes, shared by graph and eager mode.
     checked: HashMap<CheckKey, Result<(), String>>,
     verify_max_bytes: u64,
+    /// Whether worlds register an NCCL window (`nccl_symmetric` is measured).
+    windows: bool,
+    /// GPU memory per rank the worlds may register (`None`: unbounded).
+    memory_budget: Option<u64>,
 }
 
 /// Why this machine has no GPU to open, in the runtime's words
@@ -66,8 +72,14 @@ pub fn no_gpu_reason() -> String {
 
 impl GpuBackend {
     /// Finds the GPUs and their link; checks sizes up to `verify_max_bytes`
-    /// against the host reference (larger ones are timed unchecked).
-    pub fn open(loopback: bool, verify_max_bytes: u64) -> Result<GpuBackend, OpenError> {
+    /// against the host reference (larger ones are timed unchecked). Worlds
+    /// register at most `memory_budget` bytes of GPU memory per rank (`None`:
+    /// unbounded), their capacities capped as `kernels` caps them.
+    pub fn open(
+        loopback: bool,
+        verify_max_bytes: u64,
+        memory_budget: Option<u64>,
+    ) -> Result<GpuBackend, OpenError> {
         // The runtime's own wording for a missing driver or GPU.
         kernels::open_device(0).map_err(|e| OpenError::NoGpu(e.to_string()))?;
         let devices = timing::discover()
@@ -123,6 +135,8 @@ impl GpuBackend {
             world: None,
             checked: HashMap::new(),
             verify_max_bytes,
+            windows,
+            memory_budget,
         })
     }
 
@@ -135,7 +149,7 @@ impl GpuBackend {
                 // The tuner asks for every algorithm at every size it takes;
                 // a decline is reported per point, not logged.
                 log_declines: false,
-                ..Options::default()
+                ..measuring(self.memory_budget, self.windows)
             };
             let size = world_size as usize;
             let ranks = match self.topology {
@@ -145,6 +159,7 @@ impl GpuBackend {
                 }
             }
             .map_err(|e| BackendError(format!("building a world of {world_size}: {e}")))?;
+            self.check_capacities(&ranks[0], world_size)?;
             self.world = Some((world_size, ranks));
         }
         Ok(self
@@ -152,6 +167,27 @@ impl GpuBackend {
             .as_mut()
             .map(|(_, ranks)| ranks.as_mut_slice())
             .expect("built above"))
+    }
+
+    /// The sweep picks its candidates from the capacities it expects a world
+    /// of `world_size` to have ([`Backend::capacities`]); a world that has
+    /// others would decline what the sweep asks, or take what it never asks.
+    fn check_capacities(&self, rank: &RankComm, world_size: u32) -> Result<(), BackendError> {
+        for expected in self.capacities(world_size) {
+            let has = rank.capacity(expected.collective, expected.algo);
+            if has.max_bytes != expected.capacity.max_bytes {
+                return Err(BackendError(format!(
+                    "a world of {world_size} takes {} {} up to {} bytes, but the sweep planned \
+                     for {} (the memory budget's cap as the tuner works it out differs from \
+                     the world's)",
+                    expected.algo.name(),
+                    expected.collective.name(),
+                    has.max_bytes,
+                    expected.capacity.max_bytes
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// After a failure that broke the world (any rank knows of a fault: a
@@ -183,6 +219,13 @@ impl Backend for GpuBackend {
 
     fn world_sizes(&self) -> Vec<u32> {
         self.world_sizes.clone()
+    }
+
+    fn memory_budget(&self) -> Option<Budget> {
+        self.memory_budget.map(|bytes| Budget {
+            bytes,
+            model: crate::memory::kernels_model,
+        })
     }
 
     fn validate(
@@ -386,7 +429,7 @@ mod tests {
     /// no device, one GPU, GPUs of two architectures, or a world of GPUs.
     #[test]
     fn opening_names_what_this_machine_lacks() {
-        let opened = GpuBackend::open(false, 1 << 26);
+        let opened = GpuBackend::open(false, 1 << 26, None);
         let devices = match kernels::raw::require_driver() {
             Err(_) => None,
             Ok(()) => Some(timing::discover().map_err(|e| e.to_string())),

@@ -5,6 +5,7 @@
 use policy::{Algo, Arch, CapacityEntry, Collective, Link, TableKey};
 
 use crate::grid;
+use crate::memory::Budget;
 
 #[cfg(feature = "gpu")]
 pub mod gpu;
@@ -67,11 +68,29 @@ pub trait Backend {
     /// World sizes this backend can form, ascending.
     fn world_sizes(&self) -> Vec<u32>;
 
+    /// The memory budget per rank its worlds are built within (`None`:
+    /// unbounded).
+    fn memory_budget(&self) -> Option<Budget> {
+        None
+    }
+
+    /// What each custom algorithm takes in a world of `world_size`: the
+    /// platform's capacities, capped as [`Backend::memory_budget`] caps them.
+    fn capacities(&self, world_size: u32) -> Vec<CapacityEntry> {
+        let platform = self.platform();
+        match self.memory_budget() {
+            Some(budget) => budget
+                .capped(&platform.capacities, platform.link, world_size)
+                .unwrap_or_default(),
+            None => platform.capacities,
+        }
+    }
+
     /// Algorithms that can run a `collective` of `bytes` over `world_size`
-    /// ranks: NCCL, and every custom algorithm whose capacity and alignment
-    /// accept the size.
+    /// ranks: NCCL, and every custom algorithm whose capacity in that world
+    /// ([`Backend::capacities`]) and alignment accept the size.
     fn candidates(&self, collective: Collective, world_size: u32, bytes: u64) -> Vec<Algo> {
-        grid::candidates(&self.platform().capacities, collective, world_size, bytes)
+        grid::candidates(&self.capacities(world_size), collective, world_size, bytes)
     }
 
     /// Runs `algo` once on seeded data and compares every rank's output with a

@@ -18,6 +18,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{Backend, BackendError, PlatformDesc, Repetitions, Validated};
+use crate::memory::Budget;
 
 /// The latency of one algorithm as a function of the message size.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -366,6 +367,8 @@ pub struct SyntheticBackend {
     rng: ChaCha8Rng,
     /// Samples drawn so far: the clock the drift follows.
     clock: u64,
+    /// The budget its modelled worlds are built within.
+    memory_budget: Option<Budget>,
 }
 
 impl SyntheticBackend {
@@ -374,7 +377,15 @@ impl SyntheticBackend {
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             config,
             clock: 0,
+            memory_budget: None,
         }
+    }
+
+    /// The same backend, whose modelled worlds take their capacities capped
+    /// by `budget` (and decline past them, as `kernels`' do).
+    pub fn within(mut self, budget: Option<Budget>) -> SyntheticBackend {
+        self.memory_budget = budget;
+        self
     }
 
     pub fn config(&self) -> &SyntheticConfig {
@@ -466,8 +477,12 @@ impl Backend for SyntheticBackend {
         self.config.world_sizes.clone()
     }
 
+    fn memory_budget(&self) -> Option<Budget> {
+        self.memory_budget
+    }
+
     fn candidates(&self, collective: Collective, world_size: u32, bytes: u64) -> Vec<Algo> {
-        crate::grid::candidates(&self.config.capacities, collective, world_size, bytes)
+        crate::grid::candidates(&self.capacities(world_size), collective, world_size, bytes)
             .into_iter()
             .filter(|&algo| self.config.models.contains_key(&(collective, algo)))
             .collect()
@@ -479,6 +494,16 @@ impl Backend for SyntheticBackend {
         algo: Algo,
         bytes: u64,
     ) -> Result<Validated, BackendError> {
+        let caps = self.capacities(key.world_size);
+        if algo.is_custom()
+            && !crate::grid::candidates(&caps, key.collective, key.world_size, bytes)
+                .contains(&algo)
+        {
+            return Err(BackendError(format!(
+                "{} declined {bytes} bytes: past its capacity in this world",
+                algo.name()
+            )));
+        }
         if self.config.broken.contains(&(key.collective, algo)) {
             return Err(BackendError(format!(
                 "{} returned a wrong sum at {bytes} bytes (synthetic fault)",

@@ -8,6 +8,7 @@ use crate::backend::Backend;
 use crate::backend::synthetic::{SyntheticBackend, SyntheticConfig};
 use crate::explain::MAX_WORLD;
 use crate::fit::FitSettings;
+use crate::memory::Budget;
 
 /// Where measurements come from.
 #[derive(clap::Args, Clone, Debug)]
@@ -33,7 +34,9 @@ pub struct BackendArgs {
 }
 
 impl BackendArgs {
-    pub fn open(&self) -> Result<Box<dyn Backend>, Error> {
+    /// The backend, whose worlds are built within `memory_budget` (`None`:
+    /// unbounded).
+    pub fn open(&self, memory_budget: Option<Budget>) -> Result<Box<dyn Backend>, Error> {
         if self.synthetic {
             if !(0.0..=100.0).contains(&self.noise_pct) {
                 return Err(Error::Usage(format!(
@@ -42,15 +45,25 @@ impl BackendArgs {
                 )));
             }
             let config = SyntheticConfig::planted(self.noise_pct / 100.0, self.seed);
-            return Ok(Box::new(SyntheticBackend::new(config)));
+            return Ok(Box::new(
+                SyntheticBackend::new(config).within(memory_budget),
+            ));
         }
-        open_gpu(self.loopback, self.verify_max_bytes)
+        open_gpu(
+            self.loopback,
+            self.verify_max_bytes,
+            memory_budget.map(|b| b.bytes),
+        )
     }
 }
 
 #[cfg(feature = "gpu")]
-fn open_gpu(loopback: bool, verify_max_bytes: u64) -> Result<Box<dyn Backend>, Error> {
-    crate::backend::gpu::GpuBackend::open(loopback, verify_max_bytes)
+fn open_gpu(
+    loopback: bool,
+    verify_max_bytes: u64,
+    memory_budget: Option<u64>,
+) -> Result<Box<dyn Backend>, Error> {
+    crate::backend::gpu::GpuBackend::open(loopback, verify_max_bytes, memory_budget)
         .map(|b| Box::new(b) as Box<dyn Backend>)
         .map_err(|e| match e {
             crate::backend::gpu::OpenError::NoGpu(reason) => Error::NoGpu(reason),
@@ -59,7 +72,11 @@ fn open_gpu(loopback: bool, verify_max_bytes: u64) -> Result<Box<dyn Backend>, E
 }
 
 #[cfg(not(feature = "gpu"))]
-fn open_gpu(_loopback: bool, _verify_max_bytes: u64) -> Result<Box<dyn Backend>, Error> {
+fn open_gpu(
+    _loopback: bool,
+    _verify_max_bytes: u64,
+    _memory_budget: Option<u64>,
+) -> Result<Box<dyn Backend>, Error> {
     Err(Error::NoGpu(
         "this tuner was built without the `gpu` feature".to_string(),
     ))
@@ -76,6 +93,13 @@ pub struct FitArgs {
     /// Ignore points with fewer samples than this (at least 1)
     #[arg(long, default_value_t = 5)]
     pub min_samples: usize,
+    /// GPU memory per rank the tables of one world size may make a world
+    /// register, e.g. 64MiB (default: unbounded). `sweep` measures worlds
+    /// built within it; `fit` fits each world size's keys within it, keeping
+    /// the algorithms and the cap that cost the least against the unbounded
+    /// fit, and reports that cost per key
+    #[arg(long, value_parser = bytes, value_name = "SIZE")]
+    pub memory_budget: Option<u64>,
 }
 
 impl FitArgs {
@@ -89,9 +113,21 @@ impl FitArgs {
         if self.min_samples == 0 {
             return Err(Error::Usage("--min-samples must be at least 1".to_string()));
         }
+        let memory_budget = match (self.memory_budget, crate::memory::model()) {
+            (None, _) => None,
+            (Some(bytes), Some(model)) => Some(Budget { bytes, model }),
+            (Some(_), None) => {
+                return Err(Error::Usage(
+                    "--memory-budget needs a tuner built with the `gpu` feature: what a world \
+                     registers for its capacities is `kernels`' rule"
+                        .to_string(),
+                ));
+            }
+        };
         Ok(FitSettings {
             margin: self.margin_pct / 100.0,
             min_samples: self.min_samples,
+            memory_budget,
         })
     }
 }

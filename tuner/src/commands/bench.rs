@@ -427,7 +427,7 @@ mod gpu {
             threads: cli.threads,
             programmatic_launch: !cli.no_programmatic_launch,
             log_declines: false,
-            ..Options::default()
+            ..crate::harness::world::measuring(None, true)
         };
         let mut keeper =
             WorldKeeper::new(loopback, &devices, options).map_err(|e| e.to_string())?;
@@ -641,6 +641,11 @@ mod gpu {
                 shape.threads
             );
         }
+        let _ = writeln!(
+            text,
+            "memory: {} (buffers for every algorithm at its capacity, no budget)",
+            ranks[0].memory()
+        );
         let _ = match ranks[0].fallback_kind() {
             Fallback::Nccl => writeln!(text, "baseline: nccl = NCCL"),
             Fallback::LoopbackReference => writeln!(

@@ -7,7 +7,7 @@ use policy::{Arch, Collective, DType, Link, Mode, Query};
 
 use super::args::{arch, bytes, collective, dtype, link, mode};
 use super::{Error, Exit};
-use crate::explain::{Explanation, Forced};
+use crate::explain::{Explanation, Forced, WorldMemory};
 use crate::tables::TableSet;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -58,12 +58,15 @@ pub fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         args.bytes,
     );
     // Engines honour COLLTUNE_ALGO; an invalid value stops them at start-up.
-    let forced = match std::env::var(policy::OVERRIDE_ENV) {
+    let (forced, policy) = match std::env::var(policy::OVERRIDE_ENV) {
         Ok(value) => match policy::Policy::from_spec(&value) {
-            Ok(policy) => policy.forced(query.key.collective).map(|algo| Forced {
-                value: value.clone(),
-                algo,
-            }),
+            Ok(policy) => (
+                policy.forced(query.key.collective).map(|algo| Forced {
+                    value: value.clone(),
+                    algo,
+                }),
+                policy,
+            ),
             Err(e) => {
                 return Err(Error::Input(format!(
                     "{}={value} is set but invalid, so engines would not start: {e}",
@@ -71,9 +74,12 @@ pub fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result<Exit, Error> {
                 )));
             }
         },
-        Err(_) => None,
+        Err(_) => (None, policy::Policy::none()),
     };
-    let explanation = Explanation::new(&tables, query, forced);
+    // A world with kernels' default options: buffers for what the tables
+    // select, within the default budget.
+    let memory = crate::memory::runtime_default().map(|budget| WorldMemory { budget, policy });
+    let explanation = Explanation::new(&tables, query, forced, memory.as_ref());
     if args.json {
         let text = serde_json::to_string_pretty(&explanation).unwrap_or_default();
         writeln!(out, "{text}")?;

@@ -119,7 +119,7 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     if args.samples < 5 {
         return Err(Error::Usage("--samples must be at least 5".to_string()));
     }
-    let mut backend = args.backend.open()?;
+    let mut backend = args.backend.open(fit_settings.memory_budget)?;
     let settings = args.settings();
     let plan = plan(&*backend, &settings).map_err(Error::Usage)?;
     let platform = backend.platform();

@@ -106,7 +106,7 @@ pub fn verify(args: &VerifyArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     })?;
     // Then the GPU: without one nothing else matters, and the user is told so
     // in one line.
-    let mut backend = args.backend.open()?;
+    let mut backend = args.backend.open(None)?;
     let defaults = VerifySettings::default();
     let settings = VerifySettings {
         world_sizes: args.keys.world_sizes.clone(),

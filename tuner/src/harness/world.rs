@@ -1,11 +1,27 @@
-//! A world that is built again after it breaks, so that one failed
-//! configuration stays one failure: `tuner bench` goes on with a fresh world
-//! after a configuration broke the one it ran on (a kernel that timed out, a
-//! mismatch), instead of reporting every later configuration as failed.
+//! The worlds the tuner measures on: their options ([`measuring`]), and a
+//! world that is built again after it breaks ([`WorldKeeper`]), so that one
+//! failed configuration stays one failure: `tuner bench` goes on with a fresh
+//! world after a configuration broke the one it ran on (a kernel that timed
+//! out, a mismatch), instead of reporting every later configuration as failed.
 
-use kernels::{Options, RankComm, Result};
+use kernels::{BufferSizing, Options, RankComm, Result};
 
 use super::timing::build_world;
+
+/// The options of a world that runs every algorithm at every size it may
+/// take: buffers for each kernel at its platform capacity, whatever the
+/// tables in use select (`BufferSizing::Capacities`), an NCCL window for
+/// `nccl_symmetric` when `nccl_window`, all within `budget` bytes of GPU
+/// memory per rank (`None`: unbounded). What the sweep, `tuner bench` and
+/// the GPU tests that force algorithms build.
+pub fn measuring(budget: Option<u64>, nccl_window: bool) -> Options {
+    Options {
+        buffers: BufferSizing::Capacities,
+        memory_budget: budget,
+        nccl_window,
+        ..Options::default()
+    }
+}
 
 /// The ranks of one world, rebuilt on demand.
 pub struct WorldKeeper {
