@@ -113,6 +113,7 @@ fn origin_name(origin: KernelOrigin) -> &'static str {
         KernelOrigin::Compiled => "compiled",
         KernelOrigin::DiskCache => "disk",
         KernelOrigin::Process => "process",
+        KernelOrigin::NotLoaded => "none",
     }
 }
 

@@ -208,11 +208,16 @@ pub enum KernelOrigin {
     DiskCache,
     /// This process had them already (an earlier world, or another rank).
     Process,
+    /// None were loaded: a world of processes whose ranks cannot all map
+    /// each other's memory (another host, more ranks than the kernels
+    /// serve) runs every call with NCCL and compiles nothing.
+    NotLoaded,
 }
 
 impl KernelOrigin {
     pub fn describe(self) -> &'static str {
         match self {
+            KernelOrigin::NotLoaded => "not loaded (every call runs NCCL)",
             KernelOrigin::Compiled => "compiled with NVRTC",
             KernelOrigin::DiskCache => "read from the disk cache",
             KernelOrigin::Process => "already in this process",
@@ -241,6 +246,17 @@ pub struct KernelStartup {
     /// Loading it into the rank's context and finding its kernels
     /// (`cuModuleLoadData`, one lookup and one occupancy query per kernel).
     pub load: Duration,
+}
+
+impl KernelStartup {
+    /// A world that loaded no kernels.
+    pub fn not_loaded() -> KernelStartup {
+        KernelStartup {
+            origin: KernelOrigin::NotLoaded,
+            obtain: Duration::ZERO,
+            load: Duration::ZERO,
+        }
+    }
 }
 
 /// NVRTC compiles this process has run (what a warm cache saves).

@@ -139,6 +139,57 @@ fn a_mismatched_configuration_is_refused_at_construction() {
     assert!(text.contains("rank 1 has f16, rank 0 has bf16"), "{text}");
 }
 
+/// Issue 30 item 4 on one GPU: processes that tell each other they run on
+/// different hosts (`--split-hosts`, `ProcessSpec::with_host_identity`) form
+/// a world whose custom kernels cannot run; joined without NCCL (two ranks
+/// on one GPU: NCCL refuses them), every rank refuses it, naming the other
+/// host and the missing NCCL, within the join's bound. With NCCL across two
+/// GPUs the same world forms NCCL-only (that needs 2 GPUs).
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn processes_on_other_hosts_form_no_custom_world() {
+    require_gpu();
+    let (ok, text) = launch(&[
+        "--world-size",
+        "2",
+        "--gpus",
+        "shared",
+        "--join",
+        "files",
+        "--split-hosts",
+        "--deadline-s",
+        "60",
+    ]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("expected outcome: every rank refused a world across hosts"),
+        "{text}"
+    );
+}
+
+/// Item 4 across GPUs: two processes that say they run on two hosts join
+/// through NCCL and run every call with it (the NCCL-only world), right.
+#[test]
+#[ignore = "needs 2 CUDA GPUs: run scripts/gpu-run.sh on a GPU machine"]
+fn processes_on_other_hosts_run_everything_with_nccl_across_gpus() {
+    let Some(_) = two_gpus("processes_on_other_hosts_run_everything_with_nccl_across_gpus") else {
+        return;
+    };
+    let (ok, text) = launch(&[
+        "--world-size",
+        "2",
+        "--gpus",
+        "one-per-gpu",
+        "--join",
+        "nccl",
+        "--split-hosts",
+        "--iters",
+        "30",
+    ]);
+    assert!(ok, "{text}");
+    assert!(text.contains("fallback=Nccl"), "{text}");
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
 fn a_world_of_one_process_joins_through_nccl() {

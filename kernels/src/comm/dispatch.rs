@@ -310,9 +310,17 @@ impl RankComm {
         })
     }
 
+    /// The rank's kernels; a world that loaded none (NCCL-only) declines
+    /// every custom call before it gets here.
+    fn kernels(&self) -> Result<&crate::module::KernelSet> {
+        self.res.kernels.as_deref().ok_or_else(|| {
+            Error::Unsupported("this world loaded no kernels: every call runs NCCL".into())
+        })
+    }
+
     fn launch_custom(&self, algo: Algo, call: &Call) -> Result<()> {
         algorithms::launch(
-            &self.res.kernels,
+            self.kernels()?,
             Kernel::Algo(algo),
             &self.res.stream,
             self.shape,
@@ -342,7 +350,7 @@ impl RankComm {
                 }
             }
             (Fallback::LoopbackReference, _) => algorithms::launch(
-                &self.res.kernels,
+                self.kernels()?,
                 Kernel::Reference,
                 stream,
                 self.shape,

@@ -155,30 +155,52 @@ pub(crate) fn check_hellos(rank: usize, mine: &Digest, hellos: &[Digest]) -> Res
     Ok(())
 }
 
+impl Identity {
+    /// Says this process runs on host `name` (tests: `ProcessSpec::with_host_identity`).
+    pub(crate) fn pretend_host(&mut self, name: &str) {
+        self.host = name.to_string();
+        self.boot_id = format!("pretended host {name}");
+    }
+}
+
 /// How this rank reaches every rank, from its driver's answers.
 pub(crate) fn reach_row(
     rank: usize,
     ctx: &Arc<CudaContext>,
     hellos: &[Digest],
 ) -> Result<Vec<Reach>> {
+    row_of(rank, hellos, |bus_id| {
+        match ffi::device_by_pci_bus_id(bus_id) {
+            None => Ok(Reach::NotVisible),
+            Some(device) => Ok(peer::pair_link(ctx.cu_device(), device)?.reach()),
+        }
+    })
+}
+
+/// How rank `rank` reaches every rank: hosts told apart by their boot ids
+/// (what the `hello` round carries, never rank numbers), GPUs by their
+/// UUIDs, and another GPU of this host as `other_gpu` (its PCI bus id) says.
+fn row_of(
+    rank: usize,
+    hellos: &[Digest],
+    other_gpu: impl Fn(&str) -> Result<Reach>,
+) -> Result<Vec<Reach>> {
     let mine = &hellos[rank];
-    let mut row = Vec::with_capacity(hellos.len());
-    for (other, theirs) in hellos.iter().enumerate() {
-        let reach = if other == rank {
-            Reach::Itself
-        } else if theirs.get("boot_id") != mine.get("boot_id") {
-            Reach::OtherHost
-        } else if theirs.get("uuid") == mine.get("uuid") {
-            Reach::SameGpu
-        } else {
-            match ffi::device_by_pci_bus_id(theirs.get("bus_id").unwrap_or("")) {
-                None => Reach::NotVisible,
-                Some(device) => peer::pair_link(ctx.cu_device(), device)?.reach(),
+    hellos
+        .iter()
+        .enumerate()
+        .map(|(other, theirs)| {
+            if other == rank {
+                Ok(Reach::Itself)
+            } else if theirs.get("boot_id") != mine.get("boot_id") {
+                Ok(Reach::OtherHost)
+            } else if theirs.get("uuid") == mine.get("uuid") {
+                Ok(Reach::SameGpu)
+            } else {
+                other_gpu(theirs.get("bus_id").unwrap_or(""))
             }
-        };
-        row.push(reach);
-    }
-    Ok(row)
+        })
+        .collect()
 }
 
 /// The smallest SM count of any rank (launch shapes must suit every GPU).
@@ -192,6 +214,43 @@ pub(crate) fn min_sms(hellos: &[Digest]) -> Result<u32> {
                 .map_err(|e| Error::Mismatch(format!("an SM count: {e}")))
         })
         .try_fold(u32::MAX, |least, sms| Ok(least.min(sms?)))
+}
+
+/// Test fixtures other modules' tests share: worlds across hosts.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::*;
+
+    /// The `hello` of rank `r` of `world` on host `host`, GPU `gpu`.
+    pub(crate) fn hello_on(r: usize, world: usize, host: &str, gpu: usize) -> Digest {
+        let me = Identity {
+            host: host.into(),
+            boot_id: format!("boot-{host}"),
+            pid: 100 + r as u32,
+            uuid: format!("{host}-gpu{gpu}"),
+            bus_id: format!("0000:{:02x}:00.0", 0x19 + gpu),
+            sms: 132,
+        };
+        let selector = Selector::from_spec("").unwrap();
+        hello(
+            r,
+            world,
+            Arch::SM90,
+            &selector,
+            None,
+            &Options::default(),
+            &me,
+            "k",
+        )
+    }
+
+    /// Every rank's row of a world, GPUs of one host reaching each other by
+    /// NVLink.
+    pub(crate) fn rows(hellos: &[Digest]) -> Vec<Vec<Reach>> {
+        (0..hellos.len())
+            .map(|r| row_of(r, hellos, |_| Ok(Reach::NvLink)).unwrap())
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -225,6 +284,56 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    use super::fixtures::{hello_on, rows};
+
+    #[test]
+    fn two_hosts_of_four_ranks_form_an_nccl_only_world() {
+        let hellos: Vec<Digest> = (0..8)
+            .map(|r| hello_on(r, 8, if r < 4 { "a" } else { "b" }, r % 4))
+            .collect();
+        let reach = rows(&hellos);
+        assert_eq!(reach[1][2], Reach::NvLink, "the same host");
+        assert_eq!(
+            reach[1][5],
+            Reach::OtherHost,
+            "another host, told by its boot id"
+        );
+        let uuids: Vec<String> = hellos
+            .iter()
+            .map(|h| h.get("uuid").unwrap().to_string())
+            .collect();
+        let decision = crate::protocol::reach::decide(&reach, &uuids);
+        let why = decision.custom.unwrap_err();
+        assert!(why.contains("through another host"), "{why}");
+    }
+
+    #[test]
+    fn sixteen_ranks_on_one_host_form_an_nccl_only_world() {
+        let hellos: Vec<Digest> = (0..16).map(|r| hello_on(r, 16, "a", r)).collect();
+        let reach = rows(&hellos);
+        assert!(reach.iter().flatten().all(|r| r.mappable()));
+        let uuids: Vec<String> = hellos
+            .iter()
+            .map(|h| h.get("uuid").unwrap().to_string())
+            .collect();
+        let decision = crate::protocol::reach::decide(&reach, &uuids);
+        assert_eq!(
+            decision.custom,
+            Err("a world of 16 ranks: the custom kernels serve up to 8".to_string())
+        );
+        // Eight ranks of one host run the custom kernels.
+        let eight: Vec<Digest> = (0..8).map(|r| hello_on(r, 8, "a", r)).collect();
+        let uuids: Vec<String> = eight
+            .iter()
+            .map(|h| h.get("uuid").unwrap().to_string())
+            .collect();
+        assert!(
+            crate::protocol::reach::decide(&rows(&eight), &uuids)
+                .custom
+                .is_ok()
+        );
     }
 
     #[test]

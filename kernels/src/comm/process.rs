@@ -42,7 +42,7 @@ use super::options::{Fallback, Options};
 use super::rank::{RankComm, RankParts};
 use super::registration::{BUFFER_NAMES, MappedMemory, RankMemory, Registration, Slot};
 use super::resources::WorldShared;
-use super::setup::{arch_of, block_size, check_world_size, launch_shape};
+use super::setup::{arch_of, block_size, check_process_world_size, launch_shape};
 use super::symmetric;
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;
@@ -119,6 +119,8 @@ pub struct ProcessSpec {
     pub dtype: Option<DType>,
     /// See [`ProcessSpec::with_failing_window_allocation`].
     fail_window_allocation: bool,
+    /// See [`ProcessSpec::with_host_identity`].
+    host_identity: Option<String>,
 }
 
 impl ProcessSpec {
@@ -129,7 +131,17 @@ impl ProcessSpec {
             join,
             dtype: None,
             fail_window_allocation: false,
+            host_identity: None,
         }
+    }
+
+    /// For tests: this rank tells its peers it runs on host `name` (instead
+    /// of this host's name and boot id), so that processes of one machine
+    /// form a world across "hosts": an NCCL-only world.
+    #[doc(hidden)]
+    pub fn with_host_identity(mut self, name: &str) -> ProcessSpec {
+        self.host_identity = Some(name.to_string());
+        self
     }
 
     pub fn with_dtype(mut self, dtype: DType) -> ProcessSpec {
@@ -162,8 +174,9 @@ pub(crate) fn build(
         join,
         dtype,
         fail_window_allocation,
+        host_identity,
     } = spec;
-    check_world_size(world)?;
+    check_process_world_size(world)?;
     if rank >= world {
         return Err(Error::Mismatch(format!(
             "rank {rank} is not below the world size {world}"
@@ -191,7 +204,10 @@ pub(crate) fn build(
     let nccl_ref = nccl.as_ref();
 
     // 1. Who everyone is, and whether they agree on the configuration.
-    let me = Identity::of(&ctx)?;
+    let mut me = Identity::of(&ctx)?;
+    if let Some(name) = host_identity {
+        me.pretend_host(&name);
+    }
     let kernels_hash = identity::kernels_hash()?;
     let hello = identity::hello(
         rank,
@@ -558,7 +574,8 @@ struct Prepared {
     custom: bool,
     planned: MemoryPlan,
     shape: LaunchShape,
-    kernels: Arc<KernelSet>,
+    /// `None` in an NCCL-only world: nothing is compiled or loaded.
+    kernels: Option<Arc<KernelSet>>,
     own: RankMemory,
 }
 
@@ -629,20 +646,27 @@ fn prepare(
         options,
         rank,
     )?;
-    let compiled = module::compile_for(arch, world, &options.kernel_cache)?;
-    let kernels = Arc::new(KernelSet::load(
-        ctx,
-        &compiled,
-        block_size(options, world)?,
-        options.programmatic_launch,
-    )?);
-    let shape = launch_shape(
-        options,
-        world,
-        placement,
-        identity::min_sms(hellos)?,
-        &[kernels.as_ref()],
-    )?;
+    // A world whose every call runs NCCL compiles and loads no kernels: no
+    // NVRTC at start-up, and worlds larger than the kernels serve form too.
+    let (kernels, shape) = if custom || fallback == Fallback::LoopbackReference {
+        let compiled = module::compile_for(arch, world, &options.kernel_cache)?;
+        let kernels = Arc::new(KernelSet::load(
+            ctx,
+            &compiled,
+            block_size(options, world)?,
+            options.programmatic_launch,
+        )?);
+        let shape = launch_shape(
+            options,
+            world,
+            placement,
+            identity::min_sms(hellos)?,
+            &[kernels.as_ref()],
+        )?;
+        (Some(kernels), shape)
+    } else {
+        (None, LaunchShape::NONE)
+    };
     let own = RankMemory::new(ctx, stream, &planned.plan, options.sequence_start)?;
     stream
         .synchronize()
@@ -706,6 +730,57 @@ mod tests {
     fn round(rendezvous: &mut dyn Rendezvous, name: &str, mine: &Digest) -> Result<Vec<Digest>> {
         let blobs = rendezvous.exchange(name, &mine.encode())?;
         read_round(rendezvous.rank(), name, &blobs)
+    }
+
+    /// Rank 0 of a world through its `hello` and `reach` rounds (scripted
+    /// peers, every rank's row as it computes it): the world's decision.
+    fn decided_through_rounds(
+        world: usize,
+        host: fn(usize) -> &'static str,
+        gpu: fn(usize) -> usize,
+    ) -> Decision {
+        use super::identity::fixtures::{hello_on, rows};
+        let hellos: Vec<Digest> = (0..world)
+            .map(|r| hello_on(r, world, host(r), gpu(r)))
+            .collect();
+        let mut peers = Scripted {
+            rank: 0,
+            peers: hellos.iter().map(Digest::encode).collect(),
+        };
+        let heard = round(&mut peers, "hello", &hellos[0]).unwrap();
+        identity::check_hellos(0, &hellos[0], &heard).unwrap();
+        let rows: Vec<Digest> = rows(&heard)
+            .iter()
+            .map(|row| Digest::new().with("row", reach::encode_row(row)))
+            .collect();
+        let mut peers = Scripted {
+            rank: 0,
+            peers: rows.iter().map(Digest::encode).collect(),
+        };
+        let rows = round(&mut peers, "reach", &rows[0]).unwrap();
+        decide(&heard, &rows, world).unwrap()
+    }
+
+    #[test]
+    fn two_hosts_of_four_ranks_decide_an_nccl_only_world_in_their_rounds() {
+        let decision = decided_through_rounds(8, |r| if r < 4 { "a" } else { "b" }, |r| r % 4);
+        let why = decision.custom.unwrap_err();
+        assert!(
+            why.contains("rank 0 reaches rank 4 through another host"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn sixteen_ranks_decide_an_nccl_only_world_in_their_rounds() {
+        let decision = decided_through_rounds(16, |_| "a", |r| r);
+        assert_eq!(
+            decision.custom,
+            Err("a world of 16 ranks: the custom kernels serve up to 8".to_string())
+        );
+        // And a world of processes that size is one this crate forms.
+        assert!(check_process_world_size(16).is_ok());
+        assert!(check_process_world_size(0).is_err());
     }
 
     /// The layout of a world of `world` with NCCL and custom kernels, where

@@ -31,7 +31,8 @@ pub(crate) struct RankParts {
     pub(crate) arch: Arch,
     pub(crate) link: Link,
     pub(crate) shape: LaunchShape,
-    pub(crate) kernels: Arc<KernelSet>,
+    /// `None` in an NCCL-only world of processes, which loads no kernels.
+    pub(crate) kernels: Option<Arc<KernelSet>>,
     pub(crate) shared: Arc<WorldShared>,
     pub(crate) nccl: Option<NcclComm>,
     /// The rank's NCCL window, registered with its peers' (`None`: none).
@@ -201,14 +202,21 @@ impl RankComm {
     /// How many blocks (of this world's block size) of its heaviest kernel one
     /// SM holds, and which kernel that is: with the GPU's SMs, what bounds the
     /// blocks ranks sharing a GPU may launch (`protocol::launch`).
+    /// `(0, "")` in a world that loaded no kernels (every call runs NCCL).
     pub fn blocks_per_sm(&self) -> (u32, &str) {
-        self.res.kernels.blocks_per_sm()
+        self.res
+            .kernels
+            .as_ref()
+            .map_or((0, ""), |kernels| kernels.blocks_per_sm())
     }
 
     /// Whether launches use programmatic dependent launch (asked for in
     /// [`Options::programmatic_launch`] and available: sm_90 and later).
     pub fn programmatic_launch(&self) -> bool {
-        self.res.kernels.programmatic()
+        self.res
+            .kernels
+            .as_ref()
+            .is_some_and(|kernels| kernels.programmatic())
     }
 
     /// The first fault this rank knows of, without waiting: what every call

@@ -280,7 +280,9 @@ impl Registration {
             world: slots.len() as u32,
             ..CollArgs::default()
         };
-        for (r, slot) in slots.iter().enumerate() {
+        // A world of more ranks than the kernels serve runs no kernel: its
+        // arguments name none of its ranks' buffers.
+        for (r, slot) in slots.iter().enumerate().take(crate::protocol::MAX_WORLD) {
             let [ctrl, push, staging] = slot.addresses();
             args.ctrls[r] = ctrl;
             args.push_bufs[r] = push;

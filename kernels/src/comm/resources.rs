@@ -98,7 +98,8 @@ impl WorldShared {
 pub(crate) struct RankResources {
     pub(crate) rank: usize,
     pub(crate) stream: Arc<CudaStream>,
-    pub(crate) kernels: Arc<KernelSet>,
+    /// `None` in an NCCL-only world of processes, which loads no kernels.
+    pub(crate) kernels: Option<Arc<KernelSet>>,
     pub(crate) shared: Arc<WorldShared>,
     pub(crate) nccl: Option<NcclComm>,
     /// The NCCL window this rank copies through (`nccl_symmetric`), and the

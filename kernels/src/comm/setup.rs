@@ -14,7 +14,18 @@ use crate::protocol::launch::{
 };
 use crate::vocab::Arch;
 
-/// A world of `world_size` ranks is one the kernels serve.
+/// A world of processes has at least one rank; past [`MAX_WORLD`] it forms
+/// as an NCCL-only world (`protocol::reach::decide`).
+pub(crate) fn check_process_world_size(world_size: usize) -> Result<()> {
+    if world_size == 0 {
+        return Err(Error::Unsupported("a world of 0 ranks".into()));
+    }
+    Ok(())
+}
+
+/// A single-process world of `world_size` ranks is one the kernels serve
+/// (its ranks all map each other's memory, and a loopback world needs the
+/// kernels for its reference collective).
 pub(crate) fn check_world_size(world_size: usize) -> Result<()> {
     if (1..=MAX_WORLD).contains(&world_size) {
         Ok(())

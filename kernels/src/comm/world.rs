@@ -261,7 +261,10 @@ impl RankComm {
     /// getting and loading them took. The world's constructors log the same
     /// at `info` level.
     pub fn kernel_startup(&self) -> KernelStartup {
-        self.res.kernels.startup()
+        self.res
+            .kernels
+            .as_ref()
+            .map_or(KernelStartup::not_loaded(), |kernels| kernels.startup())
     }
 }
 
@@ -292,7 +295,7 @@ fn assemble(
                 arch,
                 link,
                 shape,
-                kernels,
+                kernels: Some(kernels),
                 shared: shared.clone(),
                 nccl,
                 window,

@@ -30,6 +30,14 @@ pub struct LaunchShape {
     pub max_blocks: u32,
 }
 
+impl LaunchShape {
+    /// The shape of a world that launches no kernel (every call runs NCCL).
+    pub const NONE: LaunchShape = LaunchShape {
+        threads: 0,
+        max_blocks: 0,
+    };
+}
+
 /// Most blocks per rank a world whose ranks share a GPU gets by default: its
 /// SMs are divided between the ranks anyway, and these worlds test
 /// correctness, not speed.

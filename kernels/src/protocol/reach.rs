@@ -11,6 +11,7 @@
 //! be mappable; one pair that is not (another host, no P2P, a GPU this process
 //! cannot see) sends every call to NCCL.
 
+use super::MAX_WORLD;
 use crate::vocab::Link;
 
 /// How rank i reaches rank j, as rank i's driver sees it.
@@ -151,12 +152,18 @@ pub fn decide(reach: &[Vec<Reach>], gpu: &[String]) -> Decision {
                 .map(move |(j, &r)| (i, j, r))
         })
     };
-    let custom = match pairs().find(|&(_, _, r)| !r.mappable()) {
-        None => Ok(()),
-        Some((i, j, r)) => Err(format!(
-            "rank {i} reaches rank {j} through {}",
-            r.describe()
-        )),
+    let custom = if world > MAX_WORLD {
+        Err(format!(
+            "a world of {world} ranks: the custom kernels serve up to {MAX_WORLD}"
+        ))
+    } else {
+        match pairs().find(|&(_, _, r)| !r.mappable()) {
+            None => Ok(()),
+            Some((i, j, r)) => Err(format!(
+                "rank {i} reaches rank {j} through {}",
+                r.describe()
+            )),
+        }
     };
     let link = world_link(world, ranks_per_gpu, pairs().map(|(_, _, r)| r));
     Decision {

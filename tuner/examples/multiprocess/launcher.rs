@@ -208,6 +208,8 @@ fn supervise(
         judge_kill(cli, killed, &exits, left_at, &lines)
     } else if cli.mismatch.is_some() {
         judge_mismatch(&codes, &lines)
+    } else if cli.split_hosts && join == "files" {
+        judge_split_without_nccl(&codes, &lines)
     } else {
         judge_results(cli, &codes, &lines)
     };
@@ -424,6 +426,34 @@ fn judge_mismatch(codes: &[i32], lines: &[Line]) -> Result<String, String> {
         ));
     }
     Ok("expected outcome: every rank refused the world, naming dtype and both values".into())
+}
+
+/// A world across "hosts" joined without NCCL: every rank refused it,
+/// naming the other host and the missing NCCL (custom kernels cannot cross
+/// hosts, and only NCCL could run its calls).
+fn judge_split_without_nccl(codes: &[i32], lines: &[Line]) -> Result<String, String> {
+    if let Some(r) = codes.iter().position(|&c| c != code::ERROR as i32) {
+        return Err(format!(
+            "rank {r} exited with {}, not the error code {}",
+            codes[r],
+            code::ERROR
+        ));
+    }
+    let named = lines
+        .iter()
+        .filter(|l| {
+            l.text.starts_with("ERROR ")
+                && l.text.contains("through another host")
+                && l.text.contains("has no NCCL")
+        })
+        .count();
+    if named != codes.len() {
+        return Err(format!(
+            "{named} of {} ranks named the other host and the missing NCCL",
+            codes.len()
+        ));
+    }
+    Ok("expected outcome: every rank refused a world across hosts without NCCL".into())
 }
 
 /// Most elements `--elements` takes: 512 MiB of bf16 per rank, already more

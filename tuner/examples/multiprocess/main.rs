@@ -9,7 +9,8 @@
 //!     [--algo policy|nccl|one_shot_push|one_shot_pull|two_shot_pull] [--dtype bf16]
 //!     [--gpus auto|shared|one-per-gpu] [--join auto|nccl|files]
 //!     [--matrix] [--kill-rank 1 [--kill-mode exit|stall] [--kill-after N]]
-//!     [--mismatch dtype] [--fail-window-alloc R] [--timeout-ms MS] [--drain-timeout-ms MS]
+//!     [--mismatch dtype] [--fail-window-alloc R] [--split-hosts] [--timeout-ms MS]
+//!     [--drain-timeout-ms MS]
 //!     [--deadline-s S]
 //!     [--exit-bound-ms 1000]
 //!     [--soak [--soak-replays 100000] [--check-every 10000] [--sync-every 500]
@@ -150,6 +151,10 @@ pub struct Cli {
     /// For tests: rank R's allocation of the world's NCCL window fails.
     #[arg(long, value_name = "R")]
     pub fail_window_alloc: Option<usize>,
+    /// For tests: every rank says it runs on a host of its own, so the world
+    /// spans "hosts" (an NCCL-only world).
+    #[arg(long)]
+    pub split_hosts: bool,
     /// Bound on every device-side wait, in ms (default: `Options::default()`).
     /// Outside `--soak` it bounds the host-side drain too (every call is
     /// checked at once, so a drain covers one call), unless

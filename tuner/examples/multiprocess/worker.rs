@@ -203,6 +203,9 @@ fn form(cli: &Cli, place: &Place) -> Result<(RankComm, Duration), Failure> {
     if cli.fail_window_alloc == Some(place.rank) {
         spec = spec.with_failing_window_allocation();
     }
+    if cli.split_hosts {
+        spec = spec.with_host_identity(&format!("host-{}", place.rank));
+    }
     let started = Instant::now();
     let comm = World::process(stream, spec, options)?;
     Ok((comm, started.elapsed()))
