@@ -2,7 +2,7 @@
 # Proves what kernels/src/protocol/registry.rs says about adding an algorithm:
 # three files change and nothing else. Adds a dummy custom algorithm
 # (`dummy_push`, a copy of one_shot_push under another name) exactly that way:
-#   1. one line in the schema's table of algorithms (policy-macros/schema/src/vocab.rs),
+#   1. one line in the schema's table of algorithms (policy-macros/tuned-schema/src/vocab.rs),
 #   2. one entry in kernels' registry (kernels/src/protocol/registry.rs),
 #   3. its kernels, kernels/cuda/dummy_push.cu;
 # checks that git sees exactly those three files changed, then checks the whole
@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-vocab=policy-macros/schema/src/vocab.rs
+vocab=policy-macros/tuned-schema/src/vocab.rs
 registry=kernels/src/protocol/registry.rs
 cuda=kernels/cuda/dummy_push.cu
 if [ -n "$(git status --porcelain -- "$vocab" "$registry" "$cuda")" ]; then
@@ -89,7 +89,7 @@ if [ -d "$nvrtc_lib" ]; then
   export LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 cargo check --locked --quiet --workspace --all-targets
-cargo test --locked --quiet -p colltune-schema --lib
+cargo test --locked --quiet -p colltune-tuned-schema --lib
 cargo test --locked --quiet -p colltune-kernels --lib
 cargo test --locked --quiet -p colltune-kernels --test nvrtc_compile
 echo "check-adding-an-algorithm: the workspace builds, and its tests and every kernel's NVRTC compile pass with dummy_push"

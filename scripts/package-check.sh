@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proves that the crates an engine depends on (colltune-schema,
+# Proves that the crates an engine depends on (colltune-tuned-schema,
 # colltune-policy-macros, colltune-policy, colltune-kernels; their libraries are
 # tuned_schema, policy_macros, policy and kernels) work as published, with
 # nothing from this repository:
@@ -27,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
-crates=(colltune-schema colltune-policy-macros colltune-policy colltune-kernels)
+crates=(colltune-tuned-schema colltune-policy-macros colltune-policy colltune-kernels)
 version="$(cargo metadata --format-version 1 --no-deps --offline |
   python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "colltune-policy"))')"
 
