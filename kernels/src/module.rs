@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::{Ptx, result as nvrtc, sys as nvrtc_sys};
 
-pub use self::cache::{CACHE_DIR_ENV, KernelCache};
+pub use self::cache::KernelCache;
 use self::cache::{CacheKey, DiskCache, Entry, KeyInputs};
 use crate::error::{DriverContext, Error, Result};
 use crate::ffi;

@@ -8,8 +8,7 @@
 //!   [`nccl_present`]) and versions ([`driver_cuda_version`], [`nccl_version`]);
 //! - NVLink multicast kept off in colltune's own programs, never by the
 //!   library itself ([`keep_multicast_off`] first thing in their `main`,
-//!   [`require_multicast_off`] in the GPU tests, [`NVLS_ENV`],
-//!   [`nvls_decision`]);
+//!   [`require_multicast_off`] in the GPU tests, [`NVLS_ENV`]);
 //! - what a GPU is ([`arch_of`], [`sm_count`]), how two GPUs reach each
 //!   other ([`pair_link`], [`PairLink`], [`Reach`]) and which link a world of
 //!   them forms ([`world_link`], the rule every world of `kernels` follows);
@@ -20,7 +19,7 @@
 //! - the NVRTC build of the CUDA sources ([`compile_for`],
 //!   [`compile_specialisation`], [`entry_names`], [`world_specialisations`]),
 //!   which the compile test checks for every architecture, and its cache
-//!   ([`Obtained`], [`nvrtc_compiles`], [`CACHE_DIR_ENV`]);
+//!   ([`Obtained`], [`nvrtc_compiles`]);
 //! - [`DriverContext`], which names the step a CUDA driver call failed in, and
 //!   [`fnv1a`], the hash the world's handshake uses;
 //! - the memory a world registers for given capacities and how a budget caps
@@ -30,11 +29,11 @@
 pub use crate::comm::{arch_of, sm_count};
 pub use crate::error::DriverContext;
 pub use crate::ffi::{
-    NVLS_ENV, driver_cuda_version, keep_multicast_off, nccl_present, nvls_decision, require_driver,
+    NVLS_ENV, driver_cuda_version, keep_multicast_off, nccl_present, require_driver,
     require_multicast_off, require_nccl, require_nvrtc,
 };
 pub use crate::module::{
-    CACHE_DIR_ENV, CompiledKernels, Obtained, compile_for, compile_specialisation, entry_names,
+    CompiledKernels, Obtained, compile_for, compile_specialisation, entry_names,
     nvrtc_compiles, world_specialisations,
 };
 pub use crate::nccl::{call_stats as nccl_call_stats, nccl_version};
