@@ -42,9 +42,12 @@ case "$work/" in
   "$repo"/*) echo "package-check: the temporary folder $work is inside the repository; set TMPDIR elsewhere" >&2; exit 1 ;;
 esac
 
-# Where the engine's build and the publish check compile: a temporary folder,
-# or PACKAGE_CHECK_TARGET (CI keeps it between runs, so the crates.io
-# dependencies are compiled once per machine, not once per run).
+# Where the engine's build compiles: a temporary folder, or
+# PACKAGE_CHECK_TARGET (CI keeps it between runs, so the crates.io
+# dependencies are compiled once per machine, not once per run; the packaged
+# crates are path dependencies there, rebuilt whenever they change). The
+# publish check always compiles afresh: it sees our crates as registry
+# packages of an unchanged version, which Cargo never rebuilds.
 build_targets="${PACKAGE_CHECK_TARGET:-$work}"
 
 fail() {
@@ -179,7 +182,7 @@ if [ -z "${PACKAGE_CHECK_NO_PUBLISH:-}" ]; then
   echo "== cargo publish --dry-run (${crates[*]} colltune-tuner)"
   publish_args=()
   for crate in "${crates[@]}" colltune-tuner; do publish_args+=(-p "$crate"); done
-  if ! cargo publish --dry-run --locked --allow-dirty --target-dir "$build_targets/publish-target" \
+  if ! cargo publish --dry-run --locked --allow-dirty --target-dir "$work/publish-target" \
     "${publish_args[@]}" >"$work/publish.log" 2>&1; then
     cat "$work/publish.log" >&2
     fail "cargo publish --dry-run failed"
