@@ -467,28 +467,29 @@ fn join_world(
     join: Join,
     options: &Options,
 ) -> Result<(Option<NcclComm>, Exchange, String)> {
+    // NCCL formed from a unique id every process received.
+    let form = |id: &NcclId| {
+        NcclComm::init_rank(
+            ctx,
+            world,
+            rank,
+            id,
+            options.join_timeout,
+            options.nccl_blocking,
+        )
+        .map_err(|e| match e {
+            Error::Nccl { what, code } => Error::Nccl {
+                what: format!(
+                    "{what} (NCCL refuses two ranks on one GPU: processes that share a \
+                         GPU join with Join::Files)"
+                ),
+                code,
+            },
+            other => other,
+        })
+    };
     match join {
-        Join::Nccl(id) => {
-            let comm = NcclComm::init_rank(
-                ctx,
-                world,
-                rank,
-                &id,
-                options.join_timeout,
-                options.nccl_blocking,
-            )
-            .map_err(|e| match e {
-                Error::Nccl { what, code } => Error::Nccl {
-                    what: format!(
-                        "{what} (NCCL refuses two ranks on one GPU: processes that share a \
-                             GPU join with Join::Files)"
-                    ),
-                    code,
-                },
-                other => other,
-            })?;
-            Ok((Some(comm), Exchange::Nccl, "NCCL".into()))
-        }
+        Join::Nccl(id) => Ok((Some(form(&id)?), Exchange::Nccl, "NCCL".into())),
         Join::Files(dir) => {
             let rendezvous = FileRendezvous::new(dir, rank, world, options.join_timeout)?;
             let via = rendezvous.describe();
@@ -500,16 +501,8 @@ fn join_world(
         }
         Join::CustomWithNccl(rendezvous, id) => {
             let via = rendezvous_for(rendezvous.as_ref(), rank, world)?;
-            let comm = NcclComm::init_rank(
-                ctx,
-                world,
-                rank,
-                &id,
-                options.join_timeout,
-                options.nccl_blocking,
-            )?;
             Ok((
-                Some(comm),
+                Some(form(&id)?),
                 Exchange::Other(rendezvous),
                 format!("{via} and NCCL"),
             ))
