@@ -33,8 +33,8 @@ pub use crate::ffi::{
     require_multicast_off, require_nccl, require_nvrtc,
 };
 pub use crate::module::{
-    CompiledKernels, Obtained, compile_for, compile_specialisation, entry_names,
-    nvrtc_compiles, world_specialisations,
+    CompiledKernels, Obtained, compile_for, compile_specialisation, entry_names, nvrtc_compiles,
+    world_specialisations,
 };
 pub use crate::nccl::{call_stats as nccl_call_stats, nccl_version};
 pub use crate::peer::{PairLink, pair_link};
