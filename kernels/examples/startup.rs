@@ -108,15 +108,6 @@ fn parse(raw: Vec<String>) -> Result<Args, String> {
     })
 }
 
-fn origin_name(origin: KernelOrigin) -> &'static str {
-    match origin {
-        KernelOrigin::Compiled => "compiled",
-        KernelOrigin::DiskCache => "disk",
-        KernelOrigin::Process => "process",
-        KernelOrigin::NotLoaded => "none",
-    }
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -132,7 +123,7 @@ fn report(args: &Args, build: usize, took: Duration, rank: &RankComm) {
         args.world,
         rank.rank(),
         ms(took),
-        origin_name(kernels.origin),
+        KernelOrigin::word(kernels.origin),
         ms(kernels.obtain),
         ms(kernels.load),
         ms(rest),

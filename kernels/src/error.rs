@@ -10,6 +10,7 @@ use crate::vocab::{Algo, Arch, Collective, DType};
 /// Cloneable: once a rank has failed, every later call of it returns a clone
 /// of its first fault.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// A shared library could not be loaded. `fix` says how to make it loadable.
     MissingLibrary { lib: &'static str, fix: String },

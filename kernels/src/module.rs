@@ -201,6 +201,7 @@ fn nvrtc_options(arch: Arch) -> Vec<String> {
 
 /// How a build's kernels were obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KernelOrigin {
     /// NVRTC compiled them for this request.
     Compiled,
@@ -215,6 +216,16 @@ pub enum KernelOrigin {
 }
 
 impl KernelOrigin {
+    /// One word for logs and CSV columns: `compiled`, `disk`, `process`, `none`.
+    pub fn word(self) -> &'static str {
+        match self {
+            KernelOrigin::Compiled => "compiled",
+            KernelOrigin::DiskCache => "disk",
+            KernelOrigin::Process => "process",
+            KernelOrigin::NotLoaded => "none",
+        }
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             KernelOrigin::NotLoaded => "not loaded (every call runs NCCL)",

@@ -29,16 +29,15 @@ pub const OVERRIDE_ENV: &str = "COLLTUNE_ALGO";
 /// misaligned): `kernels` then runs NCCL, as for any decline.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
-    all_reduce: Option<Algo>,
-    all_gather: Option<Algo>,
+    /// The algorithm forced per collective, indexed by its discriminant.
+    forced: [Option<Algo>; Collective::ALL.len()],
 }
 
 impl Policy {
     /// The tables alone, no override.
     pub const fn none() -> Policy {
         Policy {
-            all_reduce: None,
-            all_gather: None,
+            forced: [None; Collective::ALL.len()],
         }
     }
 
@@ -108,24 +107,25 @@ impl Policy {
     }
 
     fn set(&mut self, collective: Collective, algo: Algo) {
-        match collective {
-            Collective::AllReduce => self.all_reduce = Some(algo),
-            Collective::AllGather => self.all_gather = Some(algo),
-        }
+        self.forced[collective as usize] = Some(algo);
     }
 
     /// The algorithm forced for `collective`, if any.
     #[inline]
     pub const fn forced(&self, collective: Collective) -> Option<Algo> {
-        match collective {
-            Collective::AllReduce => self.all_reduce,
-            Collective::AllGather => self.all_gather,
-        }
+        self.forced[collective as usize]
     }
 
     /// True when nothing is forced.
     pub const fn is_none(&self) -> bool {
-        self.all_reduce.is_none() && self.all_gather.is_none()
+        let mut i = 0;
+        while i < self.forced.len() {
+            if self.forced[i].is_some() {
+                return false;
+            }
+            i += 1;
+        }
+        true
     }
 
     /// The forced algorithm for `q.key.collective`, else [`crate::select`] (the

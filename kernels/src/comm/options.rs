@@ -111,6 +111,7 @@ pub const DEFAULT_MEMORY_BUDGET: u64 = 256 << 20;
 /// What a world sizes its registered buffers for (see
 /// [`Options::buffers`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BufferSizing {
     /// Each algorithm gets the largest size a band of the tables in use
     /// selects it for in this world (its platform capacity at most; an open
@@ -152,6 +153,7 @@ impl Default for Options {
 
 /// How a call chooses its algorithm.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Select {
     /// Ask `policy` (tables plus the `COLLTUNE_ALGO` override) for a call in
     /// the mode it is issued in: the graph tables while the rank's stream is

@@ -61,6 +61,7 @@ use crate::window::Window;
 use crate::window::vote::{self, Outcome};
 
 /// How the processes of a world find each other.
+#[non_exhaustive]
 pub enum Join {
     /// The NCCL unique id every process received (see [`NcclId`]). NCCL forms
     /// the communicator that runs NCCL-selected and declined calls, and the

@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 /// Where a process keeps compiled kernels between runs
 /// ([`Options::kernel_cache`](crate::Options::kernel_cache)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KernelCache {
     /// `COLLTUNE_CACHE_DIR` when it is set: an absolute folder, or `off` for
     /// no disk cache. Otherwise `$XDG_CACHE_HOME/colltune`, else

@@ -11,34 +11,31 @@ pub fn algo(a: Algo) -> TokenStream {
     quote!(::policy::Algo::#variant)
 }
 
+/// `::policy::<Type>::<Variant>` for a fieldless vocabulary value: its
+/// derived `Debug` is its variant's identifier, so new variants need nothing
+/// here.
+fn variant(ty: &str, value: impl std::fmt::Debug) -> TokenStream {
+    let (ty, variant) = (
+        quote::format_ident!("{ty}"),
+        quote::format_ident!("{value:?}"),
+    );
+    quote!(::policy::#ty::#variant)
+}
+
 pub fn collective(c: Collective) -> TokenStream {
-    match c {
-        Collective::AllReduce => quote!(::policy::Collective::AllReduce),
-        Collective::AllGather => quote!(::policy::Collective::AllGather),
-    }
+    variant("Collective", c)
 }
 
 pub fn link(l: Link) -> TokenStream {
-    match l {
-        Link::NvLink => quote!(::policy::Link::NvLink),
-        Link::Pcie => quote!(::policy::Link::Pcie),
-        Link::Loopback => quote!(::policy::Link::Loopback),
-    }
+    variant("Link", l)
 }
 
 pub fn dtype(d: DType) -> TokenStream {
-    match d {
-        DType::Bf16 => quote!(::policy::DType::Bf16),
-        DType::F16 => quote!(::policy::DType::F16),
-        DType::F32 => quote!(::policy::DType::F32),
-    }
+    variant("DType", d)
 }
 
 pub fn mode(m: Mode) -> TokenStream {
-    match m {
-        Mode::Graph => quote!(::policy::Mode::Graph),
-        Mode::Eager => quote!(::policy::Mode::Eager),
-    }
+    variant("Mode", m)
 }
 
 pub fn arch(a: Arch) -> TokenStream {

@@ -14,6 +14,7 @@ use crate::vocab::{Algo, AlgoKind, Capacity, Collective, PACK_BYTES};
 
 /// Why an algorithm declined a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Decline {
     /// The algorithm does not implement this collective (two-shot all-gather).
     NotImplemented,

@@ -235,6 +235,7 @@ macro_rules! algorithms {
         /// An implementation of a collective.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u8)]
+        #[non_exhaustive]
         pub enum Algo {
             $( $(#[$doc])* $variant, )+
         }
