@@ -33,6 +33,8 @@ pub enum Decline {
 }
 
 impl Decline {
+    /// The reason as one lower-case sentence for logs and `tuner explain`
+    /// (also what `Display` writes).
     pub fn describe(self) -> &'static str {
         match self {
             Decline::NotImplemented => "the algorithm does not implement this collective",
@@ -55,8 +57,11 @@ impl fmt::Display for Decline {
 /// per-rank size is worked out once, here.
 #[derive(Clone, Copy, Debug)]
 pub struct CallShape {
+    /// The collective called.
     pub collective: Collective,
+    /// The algorithm asked to take the call.
     pub algo: Algo,
+    /// Ranks in the world.
     pub world: usize,
     /// Output bytes (all-gather: world x share), as in [`Query`](crate::Query).
     pub bytes: u64,
@@ -66,6 +71,8 @@ pub struct CallShape {
 }
 
 impl CallShape {
+    /// The call of `collective` by `algo` over `world` ranks with an output of
+    /// `bytes`; `bytes_per_rank` follows ([`Collective::per_rank_size`]).
     pub const fn new(collective: Collective, algo: Algo, world: usize, bytes: u64) -> CallShape {
         CallShape {
             collective,

@@ -6,13 +6,18 @@ use core::fmt;
 /// problem concerns the whole file or folder (e.g. it cannot be read).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Diagnostic {
+    /// The file as it should appear in messages (e.g. `../tuned/sm90-nvlink.toml`).
     pub file: String,
+    /// 1-based line, or 0 for the whole file.
     pub line: u32,
+    /// 1-based column in characters, or 0 for the whole file.
     pub col: u32,
+    /// What is wrong, as one or more sentences for a person.
     pub message: String,
 }
 
 impl Diagnostic {
+    /// A problem at `pos` in `file`.
     pub fn at(file: &str, pos: Pos, message: impl Into<String>) -> Self {
         Diagnostic {
             file: file.to_string(),
@@ -49,7 +54,9 @@ impl std::error::Error for Diagnostic {}
 /// A 1-based line and column (in characters) inside a file.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Pos {
+    /// 1-based line (0 in a [`Diagnostic`] about a whole file).
     pub line: u32,
+    /// 1-based column, counted in characters, not bytes.
     pub col: u32,
 }
 
@@ -67,6 +74,7 @@ pub struct LineIndex<'t> {
 }
 
 impl<'t> LineIndex<'t> {
+    /// Indexes the line starts of `text` (one pass over it).
     pub fn new(text: &'t str) -> Self {
         let line_starts = core::iter::once(0)
             .chain(text.match_indices('\n').map(|(i, _)| i + 1))

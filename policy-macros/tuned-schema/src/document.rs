@@ -13,10 +13,14 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// One platform file: an (arch, link) pair, its capacities, tables and invariants.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Document {
+    /// The file's `[platform]`: which GPUs and link it describes, and where its
+    /// figures come from.
     pub platform: Platform,
     /// Per custom algorithm: the largest message and the alignment it takes here.
     pub capacities: Vec<CapacityEntry>,
+    /// The `[[table]]`s, in file order: at most one per [`TableKey`].
     pub tables: Vec<Table>,
+    /// The `[[assert]]`s, in file order.
     pub asserts: Vec<Assertion>,
 }
 
@@ -42,8 +46,10 @@ pub enum Source {
 }
 
 impl Source {
+    /// Every source, in declaration order.
     pub const ALL: [Source; 3] = [Source::Measured, Source::Published, Source::Synthetic];
 
+    /// The spelling in TOML files and reports (`measured`).
     pub const fn name(self) -> &'static str {
         match self {
             Source::Measured => "measured",
@@ -52,6 +58,7 @@ impl Source {
         }
     }
 
+    /// The source spelled `name` ([`Source::name`]); `None` for any other text.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.name() == name)
     }
@@ -63,15 +70,22 @@ impl Source {
     }
 }
 
+/// A file's `[platform]`: the (arch, link) pair it answers for, and the source
+/// of every table that names none of its own.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Platform {
+    /// The architecture the file was made for; it also answers for later minors
+    /// of the same major that have no file ([`Arch::answered_by`]).
     pub arch: Arch,
     /// Marketing name as the driver reports it, e.g. "NVIDIA H200".
     pub gpu: String,
+    /// How the GPUs the figures describe reach each other.
     pub link: Link,
+    /// The source of every table that names none of its own.
     pub source: Source,
     /// Required when `source` is `Published`.
     pub citation: Option<String>,
+    /// `[platform.provenance]`: how and when the figures were obtained.
     pub provenance: Provenance,
 }
 
@@ -79,12 +93,17 @@ pub struct Platform {
 /// published files can leave out what the source does not say.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Provenance {
+    /// Version of the tuner that wrote the file.
     pub tuner_version: Option<String>,
     /// ISO date, e.g. "2026-11-29".
     pub date: Option<String>,
+    /// NVIDIA driver version, e.g. "580.65.06".
     pub driver: Option<String>,
+    /// CUDA version, e.g. "13.0".
     pub cuda: Option<String>,
+    /// NCCL version, e.g. "2.28.3".
     pub nccl: Option<String>,
+    /// Name of the machine measured.
     pub host: Option<String>,
     /// Timed samples per (size, algorithm) point.
     pub samples: Option<u64>,
@@ -92,6 +111,8 @@ pub struct Provenance {
     pub evidence: Option<String>,
 }
 
+/// A `[[capacity]]`: the largest message and the alignment a custom algorithm
+/// takes for one collective on this platform. Calls outside it decline to NCCL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(
     feature = "serde",
@@ -102,13 +123,19 @@ pub struct Provenance {
     )
 )]
 pub struct CapacityEntry {
+    /// The collective the capacity applies to.
     pub collective: Collective,
+    /// A custom algorithm implementing `collective` (never [`Algo::Nccl`]).
     pub algo: Algo,
+    /// Largest output in bytes, and the alignment every size must have.
     pub capacity: Capacity,
 }
 
+/// A `[[table]]`: for one key on this platform, which algorithm runs at which
+/// message size.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Table {
+    /// The queries this table answers (collective, world size, dtype, mode).
     pub key: TableKey,
     /// Where this table's bands come from, when it says so itself; `None`
     /// takes the file's `[platform]` source (see [`Document::origin`]).
@@ -126,12 +153,16 @@ pub enum TableSource {
     /// Measured by `tuner sweep`: which evidence, when, by which tuner.
     Measured(Measurement),
     /// Read from a public source, named by `citation` (project and file, PR or figure).
-    Published { citation: String },
+    Published {
+        /// Project and file, pull request or figure the bands were read from.
+        citation: String,
+    },
     /// Made by `tuner sweep --synthetic` (see [`Source::Synthetic`]).
     Synthetic(Measurement),
 }
 
 impl TableSource {
+    /// Which of the three sources this is, without its details.
     pub fn source(&self) -> Source {
         match self {
             TableSource::Measured(_) => Source::Measured,
@@ -159,6 +190,7 @@ pub struct Measurement {
     pub evidence: String,
     /// ISO date of the sweep, `YYYY-MM-DD`.
     pub date: String,
+    /// Version of the tuner that ran the sweep.
     pub tuner_version: String,
 }
 
@@ -167,13 +199,16 @@ pub struct Measurement {
 /// provenance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Origin<'a> {
+    /// Measured, published or synthetic.
     pub source: Source,
     /// Published: where the figures were read.
     pub citation: Option<&'a str>,
     /// Measured: the evidence file (relative to the TOML), the sweep's date
     /// and the tuner version, where known (a file-level default may omit them).
     pub evidence: Option<&'a str>,
+    /// Measured or synthetic: the sweep's ISO date, where known.
     pub date: Option<&'a str>,
+    /// Measured or synthetic: the tuner's version, where known.
     pub tuner_version: Option<&'a str>,
     /// True when the table names no source of its own and takes the file's.
     pub inherited: bool,
@@ -220,25 +255,37 @@ impl Platform {
     }
 }
 
+/// One band of a table: messages up to `max` bytes of output (from just
+/// above the previous band's `max`) run `algo`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Band {
     /// Inclusive upper bound in bytes; `None` for the open last band.
     pub max: Option<u64>,
+    /// The algorithm selected for sizes in this band.
     pub algo: Algo,
 }
 
 /// A hand-written invariant that every re-tune must keep.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Assertion {
+    /// The query's architecture (the file's own unless the `[[assert]]` names
+    /// another).
     pub arch: Arch,
+    /// The query's link (the file's own unless the `[[assert]]` names another).
     pub link: Link,
+    /// The query's collective.
     pub collective: Collective,
+    /// The query's world size.
     pub world_size: u32,
+    /// The query's element type.
     pub dtype: DType,
+    /// The query's mode.
     pub mode: Mode,
+    /// The query's size: bytes of the collective's output.
     pub bytes: u64,
     /// The selection at `bytes` must be one of these.
     pub algo_in: Vec<Algo>,
+    /// Why the invariant must hold, for whoever re-tunes the file.
     pub why: String,
 }

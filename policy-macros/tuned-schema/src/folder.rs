@@ -13,6 +13,7 @@ use crate::validate::validate;
 pub struct LoadedFile {
     /// Where the file is on disk, for `include_bytes!` and the tuner.
     pub absolute: PathBuf,
+    /// Its document and positions, validated with the rest of the folder.
     pub parsed: ParsedFile,
 }
 

@@ -34,6 +34,8 @@
 //! assert_eq!(Arch::from_compute_capability(12, 0).answered_by(files), None);
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod decline;
 pub mod diagnostic;
 pub mod document;

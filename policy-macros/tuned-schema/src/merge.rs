@@ -36,6 +36,8 @@ use crate::vocab::{Algo, Capacity, Collective, TableKey};
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Merged {
+    /// The merged file's content, not validated here: kept bands may not fit
+    /// the update's capacities, so validate it before writing it.
     #[cfg_attr(feature = "serde", serde(skip))]
     pub document: Document,
     /// Keys of existing tables the update replaced.
@@ -44,6 +46,8 @@ pub struct Merged {
     pub added: Vec<TableKey>,
     /// Keys of existing tables kept unchanged.
     pub kept: Vec<TableKey>,
+    /// Every capacity the update declares differently from the file, in the
+    /// update's order.
     pub capacity_changes: Vec<CapacityChange>,
     /// Whether `[platform]` is the update's (no kept table relied on the old one).
     pub platform_replaced: bool,
@@ -53,16 +57,23 @@ pub struct Merged {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CapacityChange {
+    /// The collective whose capacity changed.
     pub collective: Collective,
+    /// The custom algorithm whose capacity changed.
     pub algo: Algo,
     /// `None`: the file declared none.
     pub from: Option<Capacity>,
+    /// The update's capacity, which the merged file declares.
     pub to: Capacity,
 }
 
 /// Why two documents cannot be merged.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MergeError(pub String);
+pub struct MergeError(
+    /// Why, as a sentence for a person (two platforms, or a new table whose
+    /// source cannot be named).
+    pub String,
+);
 
 impl fmt::Display for MergeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

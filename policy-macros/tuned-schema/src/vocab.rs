@@ -17,8 +17,10 @@ pub enum Collective {
 }
 
 impl Collective {
+    /// Every collective, in declaration order.
     pub const ALL: [Collective; 2] = [Collective::AllReduce, Collective::AllGather];
 
+    /// The spelling in TOML files, command lines and logs (`all_reduce`).
     pub const fn name(self) -> &'static str {
         match self {
             Collective::AllReduce => "all_reduce",
@@ -26,6 +28,8 @@ impl Collective {
         }
     }
 
+    /// The collective spelled `name` ([`Collective::name`]); `None` for any
+    /// other text.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.name() == name)
     }
@@ -68,13 +72,18 @@ impl Collective {
 /// A compute-capability bucket such as `sm90` (9.0) or `sm103` (10.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Arch {
+    /// The compute capability's major version (9 for sm90).
     pub major: u8,
+    /// The compute capability's minor version (3 for sm103).
     pub minor: u8,
 }
 
 impl Arch {
+    /// Ampere (A100): compute capability 8.0.
     pub const SM80: Arch = Arch::from_compute_capability(8, 0);
+    /// Hopper (H100, H200): compute capability 9.0.
     pub const SM90: Arch = Arch::from_compute_capability(9, 0);
+    /// Blackwell (B200): compute capability 10.0.
     pub const SM100: Arch = Arch::from_compute_capability(10, 0);
 
     /// The bucket of a device with compute capability `major.minor`.
@@ -95,7 +104,8 @@ impl Arch {
             .max_by_key(|a| a.minor)
     }
 
-    /// Parses `sm80`, `sm90`, `sm100`, `sm103`: the last digit is the minor version.
+    /// Parses `sm80`, `sm90`, `sm100`, `sm103`: the last digit is the minor
+    /// version. `None` for anything else (`sm9`, `sm09`, `90`).
     pub fn from_name(name: &str) -> Option<Self> {
         let digits = name.strip_prefix("sm")?;
         if digits.len() < 2 || digits.len() > 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -127,15 +137,20 @@ impl core::fmt::Display for Arch {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Link {
+    /// Every pair of the world's GPUs is connected by NVLink.
     NvLink,
+    /// Anything short of that: some pair reaches each other over PCIe only,
+    /// or cannot map each other's memory at all.
     Pcie,
     /// All ranks on one GPU: validates protocols and kernels, never link timing.
     Loopback,
 }
 
 impl Link {
+    /// Every link, in declaration order.
     pub const ALL: [Link; 3] = [Link::NvLink, Link::Pcie, Link::Loopback];
 
+    /// The spelling in TOML files, command lines and logs (`nvlink`).
     pub const fn name(self) -> &'static str {
         match self {
             Link::NvLink => "nvlink",
@@ -144,6 +159,7 @@ impl Link {
         }
     }
 
+    /// The link spelled `name` ([`Link::name`]); `None` for any other text.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|l| l.name() == name)
     }
@@ -153,14 +169,19 @@ impl Link {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum DType {
+    /// bfloat16, 2 bytes.
     Bf16,
+    /// IEEE half precision, 2 bytes.
     F16,
+    /// IEEE single precision, 4 bytes.
     F32,
 }
 
 impl DType {
+    /// Every element type, in declaration order.
     pub const ALL: [DType; 3] = [DType::Bf16, DType::F16, DType::F32];
 
+    /// The spelling in TOML files, command lines and logs (`bf16`).
     pub const fn name(self) -> &'static str {
         match self {
             DType::Bf16 => "bf16",
@@ -169,10 +190,13 @@ impl DType {
         }
     }
 
+    /// The element type spelled `name` ([`DType::name`]); `None` for any
+    /// other text.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|d| d.name() == name)
     }
 
+    /// Bytes of one element.
     pub const fn size_bytes(self) -> u64 {
         match self {
             DType::Bf16 | DType::F16 => 2,
@@ -185,13 +209,17 @@ impl DType {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Mode {
+    /// Captured into a CUDA graph and replayed from it.
     Graph,
+    /// Launched on the stream when the call is made.
     Eager,
 }
 
 impl Mode {
+    /// Every mode, in declaration order.
     pub const ALL: [Mode; 2] = [Mode::Graph, Mode::Eager];
 
+    /// The spelling in TOML files, command lines and logs (`graph`).
     pub const fn name(self) -> &'static str {
         match self {
             Mode::Graph => "graph",
@@ -199,6 +227,7 @@ impl Mode {
         }
     }
 
+    /// The mode spelled `name` ([`Mode::name`]); `None` for any other text.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|m| m.name() == name)
     }
@@ -241,8 +270,11 @@ macro_rules! algorithms {
         }
 
         impl Algo {
+            /// Every algorithm, in declaration order (NCCL first).
             pub const ALL: [Algo; [$($name),+].len()] = [$(Algo::$variant),+];
 
+            /// The spelling in TOML files, command lines, logs, kernel file
+            /// and entry-point names (`one_shot_pull`).
             pub const fn name(self) -> &'static str {
                 match self {
                     $(Algo::$variant => $name,)+
@@ -257,6 +289,8 @@ macro_rules! algorithms {
                 }
             }
 
+            /// Whether it is NCCL's plain collective, NCCL on a window, or a
+            /// custom kernel.
             pub const fn kind(self) -> AlgoKind {
                 match self {
                     $(Algo::$variant => AlgoKind::$kind,)+
@@ -351,6 +385,8 @@ static ALL_REDUCE_ALGOS: ([Algo; Algo::ALL.len()], usize) = implementing(Collect
 static ALL_GATHER_ALGOS: ([Algo; Algo::ALL.len()], usize) = implementing(Collective::AllGather);
 
 impl Algo {
+    /// The algorithm spelled `name` ([`Algo::name`]); `None` for any other
+    /// text.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|a| a.name() == name)
     }
@@ -507,8 +543,12 @@ impl Capacity {
 pub struct Query {
     /// The table that answers this query within its platform's file.
     pub key: TableKey,
+    /// The GPUs' architecture; a platform file of the same major may answer
+    /// for it ([`Arch::answered_by`]).
     pub arch: Arch,
+    /// How the world's GPUs reach each other.
     pub link: Link,
+    /// Bytes of the collective's output.
     pub bytes: u64,
 }
 
@@ -544,9 +584,13 @@ impl Query {
 /// but the platform and the size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TableKey {
+    /// The collective called.
     pub collective: Collective,
+    /// Ranks in the world.
     pub world_size: u32,
+    /// Element type of the tensors.
     pub dtype: DType,
+    /// Replayed from a CUDA graph or launched eagerly.
     pub mode: Mode,
 }
 

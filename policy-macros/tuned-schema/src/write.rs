@@ -13,6 +13,8 @@ use crate::document::{
 };
 use crate::size::format_size;
 
+/// The canonical text of `doc` (see the module docs); it never fails, and
+/// does not validate `doc`.
 pub fn to_toml_string(doc: &Document) -> String {
     let mut out = format!("schema = {SCHEMA_VERSION}\n");
     write_platform(&mut out, &doc.platform);

@@ -25,7 +25,9 @@ use fields::{Fields, Sink, as_str, as_table, unknown_name};
 pub struct ParsedFile {
     /// The path as it should appear in messages, e.g. `../tuned/sm90-nvlink.toml`.
     pub path: String,
+    /// The file's content, checked for syntax, keys and types only.
     pub document: Document,
+    /// Where each part of `document` was written.
     pub positions: Positions,
 }
 
