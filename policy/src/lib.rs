@@ -113,6 +113,8 @@
 //! [`capacity`] keep answering from `policy`'s own files. The workspace's
 //! `examples/engine` crate is a complete, tested example.
 
+#![warn(missing_docs)]
+
 // The generated code names everything `::policy::…` so that other crates can
 // invoke the macro too; this makes those paths resolve inside `policy` itself.
 extern crate self as policy;

@@ -8,17 +8,23 @@ use crate::{Arch, Band, CapacityEntry, Link, TableKey};
 /// One `tuned/*.toml` file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlatformInfo {
+    /// The architecture the file was made for (it also answers later minors
+    /// of the same major that have no file: [`Arch::answered_by`]).
     pub arch: Arch,
+    /// How the GPUs the file describes reach each other.
     pub link: Link,
     /// Marketing name, e.g. "NVIDIA H200".
     pub gpu: &'static str,
-    /// `measured` or `published`.
+    /// `measured`, `published` or `synthetic`: the source of every table that
+    /// names none of its own.
     pub source: &'static str,
+    /// Published: where the file's figures were read (project, file or PR).
     pub citation: Option<&'static str>,
     /// The file, as named to the macro (e.g. `../tuned/sm90-nvlink.toml`).
     pub file: &'static str,
     /// The file's `[[capacity]]` entries.
     pub capacities: &'static [CapacityEntry],
+    /// The file's `[[table]]`s, in file order.
     pub tables: &'static [TableInfo],
 }
 
@@ -28,17 +34,19 @@ pub struct PlatformInfo {
 pub struct TableInfo {
     /// `(collective, world size, dtype, mode)`: which queries this table answers.
     pub key: TableKey,
-    /// `measured` or `published`: where this table's figures come from — its
+    /// `measured`, `published` or `synthetic`: where this table's figures come from — its
     /// own `source`, or the file's when it names none (`source_inherited`).
     pub source: &'static str,
     /// True when the table names no source of its own and takes the file's.
     pub source_inherited: bool,
     /// Published: where the figures were read.
     pub citation: Option<&'static str>,
-    /// Measured: the evidence file (relative to the TOML), the sweep's ISO date
-    /// and the tuner version, where the file says them.
+    /// Measured or synthetic: the evidence file (relative to the TOML), where
+    /// the file says it.
     pub evidence: Option<&'static str>,
+    /// Measured or synthetic: the sweep's ISO date, where the file says it.
     pub date: Option<&'static str>,
+    /// Measured or synthetic: the tuner's version, where the file says it.
     pub tuner_version: Option<&'static str>,
     /// How the row was measured or where it was read.
     pub note: Option<&'static str>,
