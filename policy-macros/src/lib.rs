@@ -27,6 +27,8 @@
 //! const CHOICE: policy::Algo = tables::select(QUERY);
 //! ```
 
+#![warn(missing_docs)]
+
 mod args;
 mod codegen;
 
@@ -40,6 +42,8 @@ use tuned_schema::folder::load_folder;
 use args::{Args, Base};
 
 /// Generates the selection functions from every `*.toml` file in a folder.
+/// A file that does not parse or validate is a compile error naming its
+/// `file:line:col`; so is a folder that cannot be read or holds no `*.toml` file.
 ///
 /// ```text
 /// policy_macros::include_tuned!("tuned");                           // relative to Cargo.toml
