@@ -67,13 +67,10 @@ pub struct CapacityChange {
     pub to: Capacity,
 }
 
-/// Why two documents cannot be merged.
+/// Why two documents cannot be merged (different platforms, or a new table
+/// whose source cannot be named), as a sentence for a person.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MergeError(
-    /// Why, as a sentence for a person (two platforms, or a new table whose
-    /// source cannot be named).
-    pub String,
-);
+pub struct MergeError(pub String);
 
 impl fmt::Display for MergeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
