@@ -27,6 +27,7 @@ pub trait Element:
     + 'static
     + sealed::Sealed
 {
+    /// The vocabulary's name for this type, which the tables are keyed by.
     const DTYPE: DType;
     /// Exact widening.
     fn to_f64(self) -> f64;
@@ -34,6 +35,7 @@ pub trait Element:
     fn from_f64(value: f64) -> Self;
     /// The bit pattern, zero-extended.
     fn to_bits(self) -> u32;
+    /// The value of a bit pattern; a 16-bit type reads the low 16 bits.
     fn from_bits(bits: u32) -> Self;
 }
 

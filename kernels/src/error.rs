@@ -13,27 +13,50 @@ use crate::vocab::{Algo, Arch, Collective, DType};
 #[non_exhaustive]
 pub enum Error {
     /// A shared library could not be loaded. `fix` says how to make it loadable.
-    MissingLibrary { lib: &'static str, fix: String },
+    MissingLibrary {
+        /// The library and what it is, e.g. "libnccl.so.2 (NCCL)".
+        lib: &'static str,
+        /// What to install, or which path to add to `LD_LIBRARY_PATH`.
+        fix: String,
+    },
     /// A CUDA driver call failed.
-    Driver { what: String, code: String },
+    Driver {
+        /// The step that failed, e.g. "recording an event to drain the stream".
+        what: String,
+        /// The driver's error name, with its description where the driver
+        /// gives one, e.g. "CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
+        code: String,
+    },
     /// NVRTC could not compile the kernels for `arch`; `log` is the compiler log.
     Nvrtc {
+        /// The architecture compiled for.
         arch: Arch,
+        /// The NVRTC call that failed and its result, or what NVRTC's output
+        /// lacked.
         message: String,
+        /// NVRTC's log (empty when the failure came before compiling).
         log: String,
     },
     /// An NCCL call failed.
-    Nccl { what: String, code: String },
+    Nccl {
+        /// The NCCL call that failed, e.g. "ncclCommWindowRegister".
+        what: String,
+        /// NCCL's result code, e.g. "ncclSystemError", with its description
+        /// where NCCL gives one.
+        code: String,
+    },
     /// A rank's kernel waited longer than the configured timeout for a peer
     /// (device-side), or its stream did not drain in time (host-side). The
     /// message names the `Options` bound to raise when a healthy peer can be
     /// that late.
     Timeout {
+        /// The rank that stopped waiting.
         rank: usize,
         /// The rank it was waiting for, when the device knows it.
         peer: Option<usize>,
         /// Which kernel and where: e.g. "one_shot_pull barrier 1".
         during: String,
+        /// The bound that ran out.
         timeout: Duration,
     },
     /// Arguments that do not fit together (lengths, dtypes, devices): reported
@@ -44,10 +67,15 @@ pub enum Error {
     /// A forced algorithm would decline this call (the tuner asks for this
     /// instead of silently timing the fallback).
     Declined {
+        /// The collective called.
         collective: Collective,
+        /// The algorithm forced.
         algo: Algo,
+        /// The element type of the call.
         dtype: DType,
+        /// Bytes of the call's output.
         bytes: u64,
+        /// Why it declines ([`Decline::describe`](crate::Decline::describe)).
         reason: String,
     },
     /// `COLLTUNE_ALGO` (or another policy override) is malformed.
@@ -57,21 +85,33 @@ pub enum Error {
     Verification(String),
     /// This rank stopped because another rank of a concurrent run failed first
     /// (that rank's error is the one to read).
-    PeerFailed { rank: usize },
+    PeerFailed {
+        /// The rank that stopped.
+        rank: usize,
+    },
     /// A kernel of this rank stopped waiting for `peer` because `peer` had
     /// already failed (its own error is the first one).
     PeerFault {
+        /// The rank whose kernel stopped.
         rank: usize,
+        /// The rank it was waiting for, which failed first.
         peer: usize,
+        /// Which kernel and where it was waiting.
         during: String,
     },
     /// A call on a rank while another thread was in a call on the same rank
     /// (a rank's calls must not overlap). It was refused before it did
     /// anything, and breaks nothing; the ranks' sequences of calls now differ
     /// unless the engine makes it again.
-    Busy { rank: usize, call: &'static str },
+    Busy {
+        /// The rank whose call was refused.
+        rank: usize,
+        /// The refused call, e.g. "all_gather".
+        call: &'static str,
+    },
 }
 
+/// A `Result` whose error is this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl fmt::Display for Error {
@@ -170,6 +210,8 @@ impl Error {
 
 /// Adds "what was being done" to driver results.
 pub trait DriverContext<T> {
+    /// The result, with a driver error turned into [`Error::Driver`] whose
+    /// `what` is `what`.
     fn during(self, what: &str) -> Result<T>;
 }
 

@@ -75,6 +75,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod algorithms;
 mod comm;
 mod device;

@@ -173,6 +173,7 @@ pub fn entry_names() -> Vec<String> {
 /// The output of one NVRTC compile.
 #[derive(Debug)]
 pub struct CompiledKernels {
+    /// The architecture the image was compiled for.
     pub arch: Arch,
     /// The `CT_WORLD` it was compiled with (0: generic).
     pub world_spec: u32,
@@ -226,6 +227,7 @@ impl KernelOrigin {
         }
     }
 
+    /// The origin as a phrase for messages ("read from the disk cache").
     pub fn describe(self) -> &'static str {
         match self {
             KernelOrigin::NotLoaded => "not loaded (every call runs NCCL)",
@@ -239,7 +241,10 @@ impl KernelOrigin {
 /// A build's kernels, ready to load, and what getting them cost.
 #[derive(Clone, Debug)]
 pub struct Obtained {
+    /// The image: one per process and build, shared by every rank that asks
+    /// for it.
     pub kernels: Arc<CompiledKernels>,
+    /// Compiled, read from disk or already in this process.
     pub origin: KernelOrigin,
     /// From the request to the kernels in hand: the compile (and writing
     /// the cache entry), or reading the entry, or a lookup in this process;
@@ -251,6 +256,8 @@ pub struct Obtained {
 /// ([`RankComm::kernel_startup`](crate::RankComm::kernel_startup)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelStartup {
+    /// Where the image came from ([`KernelOrigin::NotLoaded`] when none was
+    /// needed).
     pub origin: KernelOrigin,
     /// Getting the image (see [`Obtained::took`]).
     pub obtain: Duration,

@@ -1055,6 +1055,8 @@ impl NcclId {
         Ok(Self::from_c_chars(&raw.internal))
     }
 
+    /// The id held in NCCL's own `ncclUniqueId` bytes (what
+    /// `cudarc::nccl::Id::internal()` returns).
     pub fn from_c_chars(raw: &[std::ffi::c_char; 128]) -> NcclId {
         NcclId(raw.map(|c| c as u8))
     }
@@ -1064,6 +1066,8 @@ impl NcclId {
         crate::ipc::hex_encode(&self.0)
     }
 
+    /// The id written by [`NcclId::to_hex`] (surrounding whitespace
+    /// ignored); [`Error::Mismatch`] for anything but 256 hex digits.
     pub fn from_hex(text: &str) -> Result<NcclId> {
         let bytes = crate::ipc::hex_decode(text)
             .filter(|b| b.len() == 128)

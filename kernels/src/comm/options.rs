@@ -183,6 +183,7 @@ pub enum Fallback {
 }
 
 impl Fallback {
+    /// What it is, as a phrase for logs and messages (`NCCL`).
     pub fn describe(self) -> &'static str {
         match self {
             Fallback::Nccl => "NCCL",

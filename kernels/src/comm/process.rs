@@ -112,8 +112,12 @@ unsafe impl Send for EngineNccl {}
 
 /// This process's place in a world of processes.
 pub struct ProcessSpec {
+    /// This process's rank, from 0, below `world_size`; no two processes of
+    /// the world may claim the same one.
     pub rank: usize,
+    /// Ranks in the world, one per process; the same in every process.
     pub world_size: usize,
+    /// How this process meets the others.
     pub join: Join,
     /// The element type the engine will reduce, checked to be the same on every
     /// rank at construction (`None`: not checked). Calls are not restricted to it.
@@ -125,6 +129,8 @@ pub struct ProcessSpec {
 }
 
 impl ProcessSpec {
+    /// Rank `rank` of `world_size`, joining through `join`, with no dtype
+    /// check.
     pub fn new(rank: usize, world_size: usize, join: Join) -> ProcessSpec {
         ProcessSpec {
             rank,
@@ -145,6 +151,8 @@ impl ProcessSpec {
         self
     }
 
+    /// Names the element type the engine will reduce, so that construction
+    /// checks every rank names the same ([`ProcessSpec::dtype`]).
     pub fn with_dtype(mut self, dtype: DType) -> ProcessSpec {
         self.dtype = Some(dtype);
         self

@@ -161,10 +161,12 @@ impl RankComm {
         })
     }
 
+    /// This rank's index in its world, from 0.
     pub fn rank(&self) -> usize {
         self.rank
     }
 
+    /// Ranks in this rank's world.
     pub fn world_size(&self) -> usize {
         self.world_size
     }
@@ -174,12 +176,15 @@ impl RankComm {
         &self.res.stream
     }
 
+    /// The architecture of this rank's GPU: the platform, with
+    /// [`RankComm::link`], whose tables choose its algorithms.
     pub fn arch(&self) -> Arch {
         self.arch
     }
 
-    /// `Loopback` for a loopback world; `NvLink` or `Pcie` for real devices
-    /// (NVLink when every pair has native peer atomics, else PCIe).
+    /// `Loopback` for a world of one rank or of ranks sharing a GPU; else
+    /// `NvLink` when every pair of GPUs has native peer atomics, `Pcie`
+    /// otherwise ([`raw::world_link`](crate::raw::world_link)).
     pub fn link(&self) -> Link {
         self.link
     }
@@ -195,6 +200,7 @@ impl RankComm {
         self.shape
     }
 
+    /// The options the world was built with.
     pub fn options(&self) -> &Options {
         &self.res.options
     }

@@ -24,6 +24,7 @@ use crate::window::window_size;
 /// What a world registers for each rank besides its control block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Registers {
+    /// Ranks in the world (the push region holds a slot for each).
     pub world: usize,
     /// The custom kernels can run: push and staging regions sized from the
     /// capacities (otherwise none).

@@ -26,7 +26,11 @@ use super::{MAX_BLOCKS, MAX_WORLD, max_threads};
 /// Threads per block and the most blocks one kernel of one rank may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchShape {
+    /// Threads per block (0: the world launches no kernel).
     pub threads: u32,
+    /// Blocks every kernel of one rank launches ([`LaunchShape::grid`]);
+    /// blocks a small message leaves without work return at once (0: the
+    /// world launches no kernel).
     pub max_blocks: u32,
 }
 

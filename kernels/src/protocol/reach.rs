@@ -44,10 +44,13 @@ impl Reach {
         (Reach::OtherHost, 'h'),
     ];
 
+    /// The one-letter code a rank sends for this reach in the `reach` round.
     pub fn code(self) -> char {
         Self::CODES.iter().find(|(r, _)| *r == self).unwrap().1
     }
 
+    /// The reach a code stands for ([`Reach::code`]); `None` for any other
+    /// character.
     pub fn from_code(code: char) -> Option<Reach> {
         Self::CODES
             .iter()
@@ -63,6 +66,7 @@ impl Reach {
         )
     }
 
+    /// The reach as a phrase for messages ("PCIe peer access").
     pub fn describe(self) -> &'static str {
         match self {
             Reach::Itself => "itself",

@@ -93,6 +93,8 @@ impl FileRendezvous {
         })
     }
 
+    /// The directory the exchange happens in, as given to
+    /// [`FileRendezvous::new`].
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -24,8 +24,10 @@ pub const MAX_BLOB_BYTES: u64 = 1 << 20;
 
 /// An all-gather of byte blobs between the ranks of a world, bounded in time.
 pub trait Rendezvous: Send {
+    /// This process's rank, from 0, below [`Rendezvous::world_size`].
     fn rank(&self) -> usize;
 
+    /// Ranks taking part in every exchange.
     fn world_size(&self) -> usize;
 
     /// Every rank calls this with the same `round` (a short name of letters,
