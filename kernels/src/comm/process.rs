@@ -3,8 +3,8 @@
 //! share one GPU. Built on the single-process communicator: the same kernels,
 //! buffer layout and protocols; peers' buffers are mapped with CUDA IPC.
 //!
-//! Forming the world takes four rounds of a [`Rendezvous`], each bounded by
-//! `Options::join_timeout`:
+//! Forming the world takes up to five rounds of a [`Rendezvous`] (or of NCCL
+//! all-gathers), each bounded by `Options::join_timeout`:
 //! 1. `hello`: identity and configuration; a rank whose protocol, kernels,
 //!    world size, architecture, policy tables or override, dtype or launch
 //!    request differ is refused, naming the field and both values;
@@ -14,7 +14,8 @@
 //!    derived (must agree) and the IPC handles of this rank's buffers;
 //! 4. `ready`: whether each rank mapped every peer's buffers. If one could not,
 //!    every call runs NCCL (or, without NCCL, construction fails);
-//! 5. `window` (with NCCL): whether each rank can have an NCCL window, voted
+//! 5. `window` (with NCCL, and a window the tables select or the options ask
+//!    for): whether each rank can have an NCCL window, voted
 //!    before any rank registers one (`window::vote`: NCCL version, bytes,
 //!    `ncclMemAlloc` done). Every rank registers only if every rank voted yes
 //!    for the same window; otherwise every rank frees its memory and
