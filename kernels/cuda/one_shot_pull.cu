@@ -68,7 +68,7 @@ __device__ __forceinline__ void one_shot_pull(const CollArgs& a) {
     // 3. Read every rank's half.
     for (u64 base = first; base < packs; base += stride * UNROLL)
         receive_step<W, UNROLL, false>(
-            a, Step{base, stride, packs}, CT_KERNEL_ONE_SHOT_PULL, nullptr,
+            a, Step{base, stride, packs}, CT_KERNEL_ONE_SHOT_PULL,
             [&](u64 i) { return ld_pack_sys(staged(a.rank, i)); }, staged,
             [&](u64 i, const Pack (&r)[World<W>::SLOTS]) { store_result<W, E, REDUCE>(a, i, r); });
 }

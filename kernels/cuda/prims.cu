@@ -357,8 +357,8 @@ __device__ __forceinline__ void record_verdict(CallState& s, bool agreed) {
 // Waits (bounded) for the block's verdict on every peer's call: true once the
 // handshake lanes found every peer making this call, false once one found
 // another call or stopped (its lane reported why), or this rank failed. A
-// shared-memory read in the common case: the peers' values are sent before
-// their data, so the lanes have judged them by the time the data is here.
+// shared-memory read in the common case: it is read once a thread's work is
+// done, and the lanes judge the peers' values while the data crosses.
 __device__ __forceinline__ bool block_verdict(const CollArgs& a, CallState& s, u32 kernel) {
     const volatile u32* agreed = &s.agreed;
     const volatile u32* failed = &s.failed;
@@ -447,17 +447,13 @@ __device__ __forceinline__ bool wait_ranks(const CollArgs& a, const Step& s, Pac
 }
 
 // One receiving step: load every rank's pack of each unit, wait for the
-// Lamport ones (LAMPORT), and hand each unit's packs to use(i, v). With
-// `verdict` (a Lamport algorithm's first step) it first reads the block's
-// verdict on the peers' calls (block_verdict). False once a wait must stop or
-// a peer made another call.
+// Lamport ones (LAMPORT), and hand each unit's packs to use(i, v). False once
+// a wait must stop.
 template <int W, int UNROLL, bool LAMPORT, typename Own, typename At, typename Use>
-__device__ __forceinline__ bool receive_step(const CollArgs& a, const Step& s, u32 kernel, CallState* verdict,
-                                             Own own, At at, Use use) {
+__device__ __forceinline__ bool receive_step(const CollArgs& a, const Step& s, u32 kernel, Own own, At at, Use use) {
     Pack v[UNROLL][World<W>::SLOTS];
     load_ranks<W, UNROLL>(a, s, v, own, at);
     if (LAMPORT && !wait_ranks<W, UNROLL>(a, s, v, kernel, at)) return false;
-    if (verdict != nullptr && !block_verdict(a, *verdict, kernel)) return false;
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
         if (s.has(u)) use(s.unit(u), v[u]);
@@ -545,9 +541,14 @@ __device__ __forceinline__ void store_shards(const CollArgs& a, const Step& st, 
 // (which ends with the whole block's verdict); in the Lamport algorithms one
 // of the block's last `world` threads per peer (which small messages give no
 // data), before it waits for data, recording the block's verdict in shared
-// memory, which every thread reads before it uses its first data
-// (block_verdict). So a mismatched call never computes from the wrong data:
-// the threads that would mark their output instead.
+// memory, which every thread with work reads before it ends (block_verdict):
+// a thread of a block that found another call marks its outputs, whatever it
+// stored before the verdict came. The verdict is read last, not before the
+// first data is used, so that the check runs beside the data's path instead
+// of in it: the kernel ends only once its handshake lanes are done anyway. A
+// thread never waits long for data of a call that will fail: the lane that
+// finds the mismatch reports it at once, and every wait stops on a rank's
+// fault (Deadline::must_stop).
 //
 // A mailbox value is the call signature the host computed (protocol::
 // signature: algorithm, collective, dtype, bytes, with a bit that makes it

@@ -73,7 +73,7 @@ __device__ __forceinline__ void two_shot_pull(const CollArgs& a) {
         const u64 own = packs > mine ? (packs - mine < sh.shard ? packs - mine : sh.shard) : 0u;
         for (u64 base = first; base < own; base += stride * UNROLL)
             receive_step<W, UNROLL, false>(
-                a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PULL, nullptr,
+                a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PULL,
                 [&](u64 j) { return ld_io(in + (mine + j) * 16u, aligned); },
                 [&](u32 p, u64 j) { return my_half + (p * sh.shard + j) * 16u; },
                 [&](u64 j, const Pack (&r)[World<W>::SLOTS]) {

@@ -76,8 +76,9 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
     rearm_previous<W>(a, state, previous_buffer(state.push_phase), first, stride);
 
     // 3. Reduce shard `rank` as its copies land; send the sum to every peer.
-    //    The peers' calls are checked before any data is used (see
-    //    one_shot_push.cu), so the sums sent on are of this call.
+    //    The handshake lanes check the peers' calls meanwhile (see
+    //    one_shot_push.cu); a sum sent on from a peer making another call is
+    //    never taken as a result: every rank checks every peer, and marks.
     bool ok = true;
     if (shake != CT_NO_PEER) {
         ok = handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
@@ -87,7 +88,7 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
     const u64 own = packs > own_first ? (packs - own_first < sh.shard ? packs - own_first : sh.shard) : 0u;
     for (u64 base = first; ok && base < own; base += stride * UNROLL)
         ok = receive_step<W, UNROLL, true>(
-            a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PUSH, base == first ? &state : nullptr,
+            a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PUSH,
             [&](u64 j) { return input(rank, j); },
             [&](u32 p, u64 j) { return mine + (u64)p * a.slot_bytes + j * 16u; },
             [&](u64 j, const Pack (&r)[World<W>::SLOTS]) {
@@ -96,8 +97,9 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
                 for_peers<W>(a, [&](u32 q) { lamport_push((char*)a.push_bufs[q] + my_slot + (sh.shard + j) * 16u, sum); });
             });
 
-    // 4. Gather every other shard as its sum lands (its sender checked the
-    //    calls before it sent it).
+    // 4. Gather every other shard as its sum lands, then read the block's
+    //    verdict on the peers' calls: a thread of a block that found another
+    //    call marks what it stored.
     auto sum_of = [&](u32 s, u64 j) { return mine + (u64)s * a.slot_bytes + (sh.shard + j) * 16u; };
     for (u64 base = first; ok && base < sh.shard; base += stride * UNROLL) {
         const Step st{base, stride, sh.shard};
@@ -105,6 +107,7 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
         ok = wait_shards<W, UNROLL>(a, st, sh, v, CT_KERNEL_TWO_SHOT_PUSH, sum_of);
         if (ok) store_shards<W, UNROLL>(a, st, sh, v);
     }
+    if (ok && first < sh.shard) ok = block_verdict(a, state, CT_KERNEL_TWO_SHOT_PUSH);
     if (!ok) mark_failed(a, two_shot_outputs(a, sh.shard), first, stride);
 }
 
