@@ -87,8 +87,8 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
     // 3. Receive: the same thread handles the same packs as in step 1. The
     //    block's handshake lanes check the peers' calls before any wait for
     //    data (a peer making another call, another size say, might never send
-    //    the packs waited for); every thread with work reads their verdict
-    //    once its packs are stored, and marks them if a peer made another call.
+    //    the packs waited for); every thread reads their verdict at the
+    //    block's end, and marks its packs if a peer made another call.
     bool ok = true;
     if (shake != CT_NO_PEER) {
         ok = handshake_check(a, shake, state.calls, CT_KERNEL_ONE_SHOT_PUSH, handshake_peek(a, shake));
@@ -101,7 +101,7 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
                                            [&](u64 i, const Pack (&r)[World<W>::SLOTS]) {
                                                store_result<W, E, REDUCE>(a, i, r);
                                            });
-    if (ok && first < packs) ok = block_verdict(a, state, CT_KERNEL_ONE_SHOT_PUSH);
+    ok = block_verdict(a, state) && ok;
     if (!ok) mark_failed(a, one_shot_outputs(a, !REDUCE), first, stride);
 }
 

@@ -354,21 +354,18 @@ __device__ __forceinline__ void record_verdict(CallState& s, bool agreed) {
         atomicExch(&s.failed, 1u);
 }
 
-// Waits (bounded) for the block's verdict on every peer's call: true once the
-// handshake lanes found every peer making this call, false once one found
-// another call or stopped (its lane reported why), or this rank failed. A
-// shared-memory read in the common case: it is read once a thread's work is
-// done, and the lanes judge the peers' values while the data crosses.
-__device__ __forceinline__ bool block_verdict(const CollArgs& a, CallState& s, u32 kernel) {
+// The block's verdict on every peer's call, read by every thread of the block
+// at the end of its call (it is a barrier: every thread must reach it): true
+// when the handshake lanes found every peer making this call, false when one
+// found another call or stopped (its lane reported why), or when the block had
+// no lanes (no work: no outputs to judge). The lanes' checks are bounded, and
+// the block's end waits for them anyway; a barrier, not a spin, so the threads
+// done early sleep instead of polling beside the lanes.
+__device__ __forceinline__ bool block_verdict(const CollArgs& a, const CallState& s) {
+    __syncthreads();
     const volatile u32* agreed = &s.agreed;
     const volatile u32* failed = &s.failed;
-    const u32 peers = a.world - 1u;
-    Deadline deadline(a.timeout_ns);
-    for (;;) {
-        if (*failed != 0u) return false;
-        if (*agreed >= peers) return true;
-        if (deadline.must_stop(a, kernel, CT_PHASE_HANDSHAKE, a.rank)) return false;
-    }
+    return *failed == 0u && *agreed >= a.world - 1u;
 }
 
 // ---------------------------------------------------------------------------
@@ -541,14 +538,14 @@ __device__ __forceinline__ void store_shards(const CollArgs& a, const Step& st, 
 // (which ends with the whole block's verdict); in the Lamport algorithms one
 // of the block's last `world` threads per peer (which small messages give no
 // data), before it waits for data, recording the block's verdict in shared
-// memory, which every thread with work reads before it ends (block_verdict):
-// a thread of a block that found another call marks its outputs, whatever it
-// stored before the verdict came. The verdict is read last, not before the
-// first data is used, so that the check runs beside the data's path instead
-// of in it: the kernel ends only once its handshake lanes are done anyway. A
-// thread never waits long for data of a call that will fail: the lane that
-// finds the mismatch reports it at once, and every wait stops on a rank's
-// fault (Deadline::must_stop).
+// memory, which every thread of the block reads at its end, after a barrier
+// (block_verdict): a thread of a block that found another call marks its
+// outputs, whatever it stored before. The verdict is read last, not before
+// the first data is used, so that the check runs beside the data's path
+// instead of in it: the block ends only once its handshake lanes are done
+// anyway. A thread never waits long for data of a call that will fail: the
+// lane that finds the mismatch reports it at once, and every wait stops on a
+// rank's fault (Deadline::must_stop).
 //
 // A mailbox value is the call signature the host computed (protocol::
 // signature: algorithm, collective, dtype, bytes, with a bit that makes it

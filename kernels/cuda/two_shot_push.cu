@@ -107,7 +107,7 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
         ok = wait_shards<W, UNROLL>(a, st, sh, v, CT_KERNEL_TWO_SHOT_PUSH, sum_of);
         if (ok) store_shards<W, UNROLL>(a, st, sh, v);
     }
-    if (ok && first < sh.shard) ok = block_verdict(a, state, CT_KERNEL_TWO_SHOT_PUSH);
+    ok = block_verdict(a, state) && ok;
     if (!ok) mark_failed(a, two_shot_outputs(a, sh.shard), first, stride);
 }
 
