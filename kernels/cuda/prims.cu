@@ -813,13 +813,13 @@ __device__ __forceinline__ float rms_scale(float sum_of_squares, u32 hidden, flo
 // from x_of(i, x), which returns false once a wait must stop; stores it into
 // the residual and sums its squares. The block then agrees that every pack of
 // its rows arrived (a barrier every thread takes), each group sums its row's
-// squares, and each thread stores its packs of the output. A thread's first
-// pack of a row stays in registers between the two; the others (rows of more
-// packs than the group has threads) are read back from the residual the same
-// thread wrote. False, in every thread of the block, once a pack did not
-// arrive, or when a thread came in with `ok` false (a handshake lane that
-// found another call): the block stops, and its caller marks its rows. Every
-// thread of the block calls it.
+// squares, and each thread stores its packs of the output, reading x back
+// from the residual it stored itself (its own stores, so in program order;
+// holding a row's packs in registers instead would take several per
+// thread at hidden 16384). False, in every thread of the block, once a pack
+// did not arrive, or when a thread came in with `ok` false (a handshake lane
+// that found another call): the block stops, and its caller marks its rows.
+// Every thread of the block calls it.
 template <typename E, typename XOf>
 __device__ __forceinline__ bool norm_rows(const CollArgs& a, bool ok, XOf x_of) {
     const Rows r = rows_of<E>(a);

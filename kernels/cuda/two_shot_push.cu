@@ -210,7 +210,7 @@ __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
 
     // 4. Normalise every row as its sums land.
     ok = norm_rows<E>(a, ok, [&](u64 i, Pack& x) {
-        const u32 s = (u32)i / (u32)sh.shard;
+        const u32 s = (u32)(i / sh.shard);
         const u64 j = i - (u64)s * sh.shard;
         const char* at = mine + (u64)s * a.slot_bytes + (s == rank ? j : sh.shard + j) * 16u;
         x = ld_pack_sys(at);

@@ -672,10 +672,7 @@ mod tests {
             for collective in Collective::ALL {
                 for dtype in DType::ALL {
                     if let Some(entry) = entry_name(kernel, collective, dtype) {
-                        assert!(
-                            defines_entry(text, &entry),
-                            "{entry} is not in {file}"
-                        );
+                        assert!(defines_entry(text, &entry), "{entry} is not in {file}");
                     }
                 }
             }

@@ -135,7 +135,7 @@ fn usage_errors_exit_2_everywhere() {
     for (args, says) in [
         (
             vec!["bench", "--collective", "ring"],
-            "expected one of all_reduce, all_gather, or both",
+            "expected one of all_reduce, all_gather, all_reduce_add_rmsnorm, or both",
         ),
         (
             vec!["bench", "--dtype", "f64"],

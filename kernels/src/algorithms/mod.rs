@@ -132,10 +132,7 @@ pub(crate) fn launch_add_rmsnorm(
     call: &Call,
 ) -> Result<()> {
     let function = kernels.add_rmsnorm(call.dtype).ok_or_else(|| {
-        Error::Unsupported(format!(
-            "no add + RMSNorm kernel for {}",
-            call.dtype.name()
-        ))
+        Error::Unsupported(format!("no add + RMSNorm kernel for {}", call.dtype.name()))
     })?;
     launch_args(kernels, function, stream, shape, &call.args(base, 0))
 }

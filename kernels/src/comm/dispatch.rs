@@ -163,8 +163,8 @@ impl RankComm {
     /// the all-reduce of a row-parallel projection with the residual add and
     /// the RMSNorm that follow it in a decoder, one call. `input` (this rank's
     /// partial sums), `residual` and `output` hold `tokens × hidden` elements,
-    /// `weight` the norm's `hidden` (a multiple of 8 in 64..=16384). Every
-    /// rank ends with
+    /// `weight` the norm's `hidden` (a multiple of [`HIDDEN_STEP`] in
+    /// [`HIDDEN_MIN`]`..=`[`HIDDEN_MAX`]). Every rank ends with
     ///
     /// - `residual` ← `x = Σ_ranks input + residual`, and
     /// - `output` ← `x / sqrt(mean(x²) + eps) × weight`, each row's mean
@@ -186,10 +186,20 @@ impl RankComm {
     /// algorithm that ran (the unfused path reports [`Algo::Unfused`]).
     ///
     /// A shape that does not fit (the lengths, `tokens × hidden`, the hidden
-    /// size, an `eps` that is not finite and ≥ 0) is refused before anything
-    /// runs. Ranks whose calls differ get [`Error::Mismatch`] where a custom
-    /// kernel runs, as for the other collectives (the hidden size is part of
-    /// the call).
+    /// size, an `eps` that is not finite and ≥ 0) is [`Error::Mismatch`]
+    /// before anything runs (the rank stays usable); the dtype is `T` on every
+    /// tensor by construction. A world that loaded no kernels (NCCL-only: see
+    /// [`RankComm::kernel_startup`]) has no add + RMSNorm kernel and refuses
+    /// the call with [`Error::Unsupported`], also before anything runs.
+    /// Ranks whose calls differ get [`Error::Mismatch`] where a fused kernel
+    /// runs, as for the other collectives (the hidden size is part of the
+    /// call); the unfused path checks what its all-reduce checks. A call that
+    /// fails leaves every word of `output` and of `residual` marked (all bits
+    /// set), none looking like a result.
+    ///
+    /// [`HIDDEN_STEP`]: crate::HIDDEN_STEP
+    /// [`HIDDEN_MIN`]: crate::HIDDEN_MIN
+    /// [`HIDDEN_MAX`]: crate::HIDDEN_MAX
     pub fn all_reduce_add_rmsnorm<T: Element>(
         &self,
         input: &CudaView<T>,
@@ -201,17 +211,8 @@ impl RankComm {
     ) -> Result<Algo> {
         let what = "all_reduce_add_rmsnorm";
         let _turn = self.turn(what)?;
-        let rows = rows_of(
-            input.len(),
-            residual.len(),
-            output.len(),
-            weight.len(),
-            eps,
-        )
-        .map_err(|why| Error::Mismatch(format!("{what} on rank {}: {why}", self.rank)))?;
+        let norm = self.norm_args(what, input.len(), residual, weight, eps, output.len())?;
         self.same_device(input.stream().context(), "input")?;
-        self.same_device(residual.stream().context(), "residual")?;
-        self.same_device(weight.stream().context(), "weight")?;
         self.same_device(output.stream().context(), "output")?;
         let bytes = byte_len::<T>(input.len());
         let stream = self.res.stream.clone();
@@ -219,14 +220,61 @@ impl RankComm {
         let (weight, _reading_weight) = weight.device_ptr(&stream);
         let (residual, _writing_residual) = residual.device_ptr_mut(&stream);
         let (dst, _writing) = output.device_ptr_mut(&stream);
-        let norm = RowNorm {
-            residual,
-            weight,
+        let request = Request::new(Collective::AllReduceAddRmsNorm, T::DTYPE, bytes, src, dst);
+        self.run(request.with_norm(norm.at(residual, weight)), how)
+    }
+
+    /// [`RankComm::all_reduce_add_rmsnorm`] with the output written over the
+    /// input: `buffer` holds this rank's partial sums and ends with the
+    /// normalised rows (as a decoder that no longer needs the partial sums
+    /// calls it).
+    pub fn all_reduce_add_rmsnorm_in_place<T: Element>(
+        &self,
+        buffer: &mut CudaViewMut<T>,
+        residual: &mut CudaViewMut<T>,
+        weight: &CudaView<T>,
+        eps: f32,
+        how: Select,
+    ) -> Result<Algo> {
+        let what = "all_reduce_add_rmsnorm_in_place";
+        let _turn = self.turn(what)?;
+        let norm = self.norm_args(what, buffer.len(), residual, weight, eps, buffer.len())?;
+        self.same_device(buffer.stream().context(), "buffer")?;
+        let bytes = byte_len::<T>(buffer.len());
+        let stream = self.res.stream.clone();
+        let (weight, _reading_weight) = weight.device_ptr(&stream);
+        let (residual, _writing_residual) = residual.device_ptr_mut(&stream);
+        let (ptr, _writing) = buffer.device_ptr_mut(&stream);
+        let request = Request::new(Collective::AllReduceAddRmsNorm, T::DTYPE, bytes, ptr, ptr);
+        self.run(request.with_norm(norm.at(residual, weight)), how)
+    }
+
+    /// The checks a fused call makes before anything runs: its shape, its
+    /// residual's and weight's device, and that this world has the kernels.
+    fn norm_args<T: Element>(
+        &self,
+        what: &str,
+        input: usize,
+        residual: &CudaViewMut<T>,
+        weight: &CudaView<T>,
+        eps: f32,
+        output: usize,
+    ) -> Result<NormShape> {
+        let rows = rows_of(input, residual.len(), output, weight.len(), eps)
+            .map_err(|why| Error::Mismatch(format!("{what} on rank {}: {why}", self.rank)))?;
+        self.same_device(residual.stream().context(), "residual")?;
+        self.same_device(weight.stream().context(), "weight")?;
+        if self.res.kernels.is_none() {
+            return Err(Error::Unsupported(format!(
+                "{what} on rank {}: this world loaded no kernels (every call runs NCCL), so it \
+                 has no add + RMSNorm kernel",
+                self.rank
+            )));
+        }
+        Ok(NormShape {
             hidden: rows.hidden as u32,
             eps,
-        };
-        let request = Request::new(Collective::AllReduceAddRmsNorm, T::DTYPE, bytes, src, dst);
-        self.run(request.with_norm(norm), how)
+        })
     }
 
     /// Whether a forced `algo` would decline a call of `bytes` (output bytes).
@@ -399,7 +447,7 @@ impl RankComm {
             norm: Some(norm),
         };
         algorithms::launch_add_rmsnorm(
-            &self.res.kernels,
+            self.kernels()?,
             &self.res.stream,
             self.shape,
             &self.base_args,
@@ -521,6 +569,23 @@ impl RankComm {
                 collective.name(),
                 dtype.name(),
             );
+        }
+    }
+}
+
+/// A fused call's row and epsilon, checked.
+struct NormShape {
+    hidden: u32,
+    eps: f32,
+}
+
+impl NormShape {
+    fn at(&self, residual: u64, weight: u64) -> RowNorm {
+        RowNorm {
+            residual,
+            weight,
+            hidden: self.hidden,
+            eps: self.eps,
         }
     }
 }

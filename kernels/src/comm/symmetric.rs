@@ -530,7 +530,7 @@ mod tests {
                 };
                 assert_eq!(at, base);
                 let expected = match collective {
-                    Collective::AllReduce => 0,
+                    Collective::AllReduce | Collective::AllReduceAddRmsNorm => 0,
                     Collective::AllGather => rank as u64 * share,
                 };
                 assert_eq!(slot - base, expected, "{collective:?} rank {rank}");

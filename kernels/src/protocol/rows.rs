@@ -70,7 +70,10 @@ mod tests {
             })
         );
         for hidden in [HIDDEN_MIN, 72, 5120, HIDDEN_MAX] {
-            assert_eq!(rows_of(hidden, hidden, hidden, hidden, 0.0).map(|r| r.tokens), Ok(1));
+            assert_eq!(
+                rows_of(hidden, hidden, hidden, hidden, 0.0).map(|r| r.tokens),
+                Ok(1)
+            );
         }
         // No tokens: nothing to do, but not wrong.
         assert_eq!(rows_of(0, 0, 0, 64, 1e-6).map(|r| r.tokens), Ok(0));
@@ -80,7 +83,10 @@ mod tests {
     fn what_is_wrong_is_said() {
         let err = |i, r, o, w, eps| rows_of(i, r, o, w, eps).unwrap_err();
         for hidden in [0, 8, 56, 68, HIDDEN_MAX + 8] {
-            assert!(err(hidden, hidden, hidden, hidden, 1e-5).contains("hidden size"), "{hidden}");
+            assert!(
+                err(hidden, hidden, hidden, hidden, 1e-5).contains("hidden size"),
+                "{hidden}"
+            );
         }
         assert!(err(128, 64, 128, 64, 1e-5).contains("residual 64"));
         assert!(err(128, 128, 192, 64, 1e-5).contains("output 192"));
