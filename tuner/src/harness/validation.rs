@@ -314,7 +314,7 @@ impl<T: Element> AddRmsNormCase<T> {
     /// inputs, residual and weight). A NaN or an infinity in a row makes the
     /// whole row's norm NaN or zero, so only every third row (1, 4, 7, …)
     /// keeps them in its inputs and residual; in the others they become 0.75.
-    /// Subnormals and signed zeros stay everywhere, as do the weight's specials.
+    /// Subnormals and signed zeros stay everywhere, as do the weight's NaNs.
     pub fn random(world: usize, tokens: usize, hidden: usize, seed: u64) -> AddRmsNormCase<T> {
         let len = tokens * hidden;
         let mut data = random_inputs::<T>(world + 1, len, seed);
@@ -328,9 +328,21 @@ impl<T: Element> AddRmsNormCase<T> {
             }
         }
         let residual = data.pop().expect("world + 1 tensors");
+        // An infinite weight makes `x · scale · w` NaN where f32 rounds a tiny
+        // `x · scale` to 0 and f64 does not: the weight keeps its NaN,
+        // subnormals and signed zeros, its infinities become 0.75.
         let weight = random_inputs::<T>(1, hidden, seed ^ 0x3e1_9b7)
             .pop()
-            .expect("one tensor");
+            .expect("one tensor")
+            .into_iter()
+            .map(|w| {
+                if w.to_f64().is_infinite() {
+                    T::from_f64(0.75)
+                } else {
+                    w
+                }
+            })
+            .collect();
         AddRmsNormCase {
             inputs: data,
             residual,
