@@ -138,8 +138,8 @@ pub use tables::{Tables, TablesInUse, tables_in_use, use_tables};
 /// fallback): the rule `kernels` applies after [`select`].
 pub use tuned_schema::decline;
 pub use tuned_schema::{
-    Algo, AlgoKind, Arch, Band, Capacity, CapacityEntry, Collective, DEFAULT_ALIGN, DType, Link,
-    Mode, PACK_BYTES, Query, TableKey, default_capacity,
+    Algo, AlgoKind, Arch, Band, Capacity, CapacityEntry, Collective, DEFAULT_ALIGN, DType,
+    HIDDEN_MAX, HIDDEN_MIN, HIDDEN_STEP, Link, Mode, PACK_BYTES, Query, TableKey, default_capacity,
 };
 
 // `tuned` is inside this package so that the published crate carries it; in

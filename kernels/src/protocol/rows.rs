@@ -3,13 +3,7 @@
 //! pass is checked here, on the host, before anything is launched; the
 //! kernels rely on it (kernels/cuda/prims.cu, "Rows").
 
-/// Fewest elements of a row.
-pub const HIDDEN_MIN: usize = 64;
-/// Most elements of a row (a kernel's row is in flight in one block).
-pub const HIDDEN_MAX: usize = 16384;
-/// A row is a multiple of this many elements, so that it is whole 16-byte
-/// packs in every dtype (8 × 2 bytes, or 2 packs of f32).
-pub const HIDDEN_STEP: usize = 8;
+pub use policy::{HIDDEN_MAX, HIDDEN_MIN, HIDDEN_STEP};
 
 /// A fused call's rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -498,6 +498,17 @@ pub const PACK_BYTES: u64 = 16;
 /// whole packs.
 pub const DEFAULT_ALIGN: u64 = PACK_BYTES;
 
+/// Fewest elements of a row (the hidden size) of
+/// [`Collective::AllReduceAddRmsNorm`].
+pub const HIDDEN_MIN: usize = 64;
+/// Most elements of a row of [`Collective::AllReduceAddRmsNorm`] (a
+/// kernel's row is in flight in one block).
+pub const HIDDEN_MAX: usize = 16384;
+/// A row of [`Collective::AllReduceAddRmsNorm`] is a multiple of this many
+/// elements, so that it is whole 16-byte packs in every dtype (8 × 2 bytes,
+/// or 2 packs of f32).
+pub const HIDDEN_STEP: usize = 8;
+
 /// How large a message a custom algorithm takes on a platform, and the size
 /// granularity it needs. Sizes outside this are declined and run on NCCL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -143,12 +143,6 @@ impl GpuBackend {
         })
     }
 
-    /// The same backend with fused calls of rows of `hidden` elements.
-    pub fn with_hidden(mut self, hidden: usize) -> GpuBackend {
-        self.hidden = hidden;
-        self
-    }
-
     /// The ranks of a world of `world_size`, built on first use. The previous
     /// world is dropped first so two worlds' buffers never coexist.
     fn ranks(&mut self, world_size: u32) -> Result<&mut [RankComm], BackendError> {
@@ -263,6 +257,15 @@ impl Backend for GpuBackend {
         let outcome = result.map_err(|e| e.to_string());
         self.checked.insert(id, outcome.clone());
         outcome.map(|()| Validated::Yes).map_err(BackendError)
+    }
+
+    fn use_hidden(&mut self, hidden: usize) {
+        if hidden != self.hidden {
+            self.hidden = hidden;
+            // Checked at the other hidden size: those are other calls.
+            self.checked
+                .retain(|(collective, ..), _| *collective != Collective::AllReduceAddRmsNorm);
+        }
     }
 
     fn row_bytes(&self, key: TableKey) -> u64 {

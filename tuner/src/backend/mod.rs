@@ -99,6 +99,13 @@ pub trait Backend {
         grid::lcm(align, self.row_bytes(key).max(1))
     }
 
+    /// Makes the fused all-reduce + add + RMSNorm's calls rows of `hidden`
+    /// elements from now on. A backend that models bytes alone (synthetic)
+    /// has no rows and ignores it.
+    fn use_hidden(&mut self, hidden: usize) {
+        let _ = hidden;
+    }
+
     /// The bytes of one row of `key`'s calls: the hidden size times the
     /// element for the fused all-reduce + add + RMSNorm on a backend that
     /// calls kernels; 1 (no rows) otherwise.

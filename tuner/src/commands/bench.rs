@@ -49,7 +49,7 @@ pub struct BenchArgs {
     collective: Collectives,
     /// Elements of a row of all_reduce_add_rmsnorm (a multiple of 8 in
     /// 64..=16384); its sizes are whole rows of it.
-    #[arg(long, default_value_t = crate::harness::timing::DEFAULT_HIDDEN)]
+    #[arg(long, default_value_t = crate::hidden::DEFAULT_HIDDEN)]
     hidden: usize,
     /// Comma-separated dtypes: bf16, f16, f32.
     #[arg(long, value_delimiter = ',', default_value = "bf16", value_parser = dtype)]
@@ -137,11 +137,7 @@ impl BenchArgs {
         if self.samples == 0 {
             return Err("--samples must be at least 1".to_string());
         }
-        let (low, high, step) = (
-            kernels::HIDDEN_MIN,
-            kernels::HIDDEN_MAX,
-            kernels::HIDDEN_STEP,
-        );
+        let (low, high, step) = (policy::HIDDEN_MIN, policy::HIDDEN_MAX, policy::HIDDEN_STEP);
         if !(low..=high).contains(&self.hidden) || !self.hidden.is_multiple_of(step) {
             return Err(format!(
                 "--hidden {}: a row is a multiple of {step} elements in {low}..={high}",

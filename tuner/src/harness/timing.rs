@@ -27,9 +27,7 @@ use policy::{Algo, Arch, Collective, DType, Mode};
 use super::concurrent::for_each_rank;
 use super::validation::{self, AddRmsNormCase, POISON_BYTE, SumPath};
 
-/// The hidden size (elements of a row) of the fused all-reduce + add + RMSNorm
-/// calls the harness makes unless told otherwise: a Llama-8B's.
-pub const DEFAULT_HIDDEN: usize = 4096;
+pub use crate::hidden::DEFAULT_HIDDEN;
 /// The RMSNorm epsilon of the harness's fused calls.
 pub const EPS: f32 = 1e-5;
 
