@@ -378,6 +378,49 @@ fn fused_loopback_world_8_every_algorithm() {
     every_algorithm(8);
 }
 
+/// Each fused kernel at the most whole rows its capacity takes in a world
+/// of 2 (it runs) and at one row more (it declines, and the unfused path
+/// runs), bf16 at hidden 4096 and f32 at hidden 16384, both checked.
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn fused_capacity_edges() {
+    let ctx = gpu();
+    let mut suite = Suite::new("fused kernels at their capacity");
+    let mut ranks = loopback(&ctx, 2);
+    for algo in [Algo::OneShotPush, Algo::TwoShotPush] {
+        let cap = ranks[0].capacity(FUSED, algo).max_bytes;
+        for (dtype, hidden) in [(DType::Bf16, 4096), (DType::F32, 16384)] {
+            let row = (hidden as u64) * dtype.size_bytes();
+            let tokens = (cap / row) as usize;
+            for (tokens, expect) in [(tokens, algo), (tokens + 1, Algo::Unfused)] {
+                let label = format!(
+                    "{} {} hidden {hidden} x {tokens} tokens (capacity {cap} bytes)",
+                    algo.name(),
+                    dtype.name()
+                );
+                let outcome = match dtype {
+                    DType::F32 => {
+                        eager::<f32>(&mut ranks, algo, hidden, tokens, Placement::OutOfPlace, 3)
+                    }
+                    _ => eager::<bf16>(&mut ranks, algo, hidden, tokens, Placement::OutOfPlace, 3),
+                }
+                .and_then(|ran| {
+                    if ran == expect {
+                        Ok(ran)
+                    } else {
+                        Err(format!("{} ran, not {}", ran.name(), expect.name()))
+                    }
+                });
+                suite.record(&label, outcome);
+                if ranks.iter().any(|r| r.health().is_err()) {
+                    ranks = loopback(&ctx, 2);
+                }
+            }
+        }
+    }
+    suite.finish();
+}
+
 /// In place over the input: every algorithm, worlds of 2 and 4, every dtype,
 /// hidden 4096, 7 tokens; the rows end where the partial sums were.
 #[test]
