@@ -9,7 +9,7 @@
 # Layout produced:
 #   .carry/bin/tests/<name>         every test target of `kernels` (the runtime's
 #                                   unit tests as kernels_unit, nvrtc_compile) and
-#                                   the GPU suites of `tuner` (gpu_loopback,
+#                                   the GPU suites of `tuner` (gpu_loopback, gpu_fused,
 #                                   gpu_devices, gpu_processes, gpu_windows, gpu_faults) and
 #                                   examples/engine's gpu_world
 #   .carry/bin/multiprocess         the one-process-per-rank example (gpu_processes drives it)
@@ -39,8 +39,8 @@ test_executables() {
 }
 {
   test_executables -p colltune-kernels
-  test_executables -p colltune-tuner --test gpu_loopback --test gpu_devices --test gpu_processes \
-    --test gpu_windows --test gpu_faults
+  test_executables -p colltune-tuner --test gpu_loopback --test gpu_fused --test gpu_devices \
+    --test gpu_processes --test gpu_windows --test gpu_faults
   test_executables -p engine-example --test gpu_world
 } | while read -r exe; do
       base=$(basename "$exe")

@@ -9,6 +9,7 @@
 #   BENCH_ARGS="--world 4" scripts/gpu-run.sh
 #   SKIP_TESTS=1 scripts/gpu-run.sh     # only the bench and the tuner
 #   SKIP_BENCH=1 scripts/gpu-run.sh
+#   FUSED_BENCH_ARGS="--world 4 ..."   # the fused collective's bench (default: world 2, hidden 4096)
 #   EXE_TIMEOUT=120 scripts/gpu-run.sh  # bound per test executable, seconds (default 600)
 #
 # The summary lists every test that printed SKIPPED (a multi-GPU test on a
@@ -46,7 +47,7 @@ status=0
 summary=""
 ran_logs=()
 # Fast CPU and compile checks first, then the GPU suites.
-for name in kernels_unit nvrtc_compile gpu_processes gpu_loopback gpu_windows gpu_faults gpu_devices gpu_world; do
+for name in kernels_unit nvrtc_compile gpu_processes gpu_loopback gpu_fused gpu_windows gpu_faults gpu_devices gpu_world; do
   [ -n "${SKIP_TESTS:-}" ] && break
   exe="$bin/tests/$name"
   [ -x "$exe" ] || { status=1; summary="$summary\n$name: MISSING from $bin/tests"; continue; }
@@ -74,6 +75,22 @@ if [ -z "${SKIP_BENCH:-}" ] && [ -z "$filter" ]; then
   cat "$out/bench.log"
   [ $rc -eq 0 ] || status=1
   summary="$summary\ntuner bench: exit $rc in $(( $(date +%s) - start ))s"
+fi
+
+# The fused all-reduce + add + RMSNorm against its unfused path (the
+# all-reduce the all-reduce table picks, then the add + RMSNorm kernel), side
+# by side: 1 to 64 tokens of hidden 4096 in bf16.
+if [ -z "${SKIP_BENCH:-}" ] && [ -z "$filter" ]; then
+  echo "=== tuner bench (all_reduce_add_rmsnorm)"
+  start=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout --signal=KILL 240 "$bin/tuner" bench \
+    ${FUSED_BENCH_ARGS:---loopback --world 2 --collective all_reduce_add_rmsnorm --hidden 4096 --dtype bf16 --sizes 8KiB..512KiB --step 2 --modes graph,eager --samples 10} \
+    --csv "$out/bench-fused.csv" --json "$out/bench-fused.json" > "$out/bench-fused.log" 2>&1
+  rc=$?
+  cat "$out/bench-fused.log"
+  [ $rc -eq 0 ] || status=1
+  summary="$summary\ntuner bench (fused): exit $rc in $(( $(date +%s) - start ))s"
 fi
 
 # The tuner end to end: sweep (measure + fit + write), verify on held-out sizes,

@@ -32,9 +32,13 @@ struct CollArgs {
     u64 timeout_ns;               // bound on every wait
     u64 call_sig;                 // what this call is (protocol::signature): compared with peers'
     u64 host_fault;               // this rank's fault words in host memory (device address)
+    u64 residual;                 // the fused call's residual: read, then the new residual
+    u64 weight;                   // the fused call's RMSNorm weight (hidden elements)
     u32 rank;
     u32 world;
-    u32 io_aligned;               // input and output are 16-byte aligned
+    u32 io_aligned;               // every tensor of the call is 16-byte aligned
+    u32 hidden;                   // elements of a row of the fused call (0 otherwise)
+    u32 eps_bits;                 // the fused call's epsilon (an f32's bits)
     u32 reserved;
 };
 
@@ -344,3 +348,13 @@ __device__ __forceinline__ bool flag_reached(u64 flag, u64 target) { return (lon
 __device__ __forceinline__ u64 thread_stride() { return (u64)gridDim.x * blockDim.x; }
 
 #define CT_KERNEL extern "C" __global__ void __launch_bounds__(CT_MAX_THREADS)
+// The kernels of the fused all-reduce + add + RMSNorm and its add + RMSNorm
+// kernel: one block of the build's size per SM is all they ask for, which
+// lets the assembler keep a row's packs and sums in the registers the build
+// allows (left to aim for two blocks per SM, it spilled them). At the
+// builds' default block sizes this moves no residency bound (protocol::
+// launch): the heaviest kernel of every build of one or of three ranks and
+// more already holds one block per SM (the two-shot kernels use more than
+// half an SM's registers), and a block of 1024 threads, the world-size-2
+// build's, fills an SM's registers at 64 each whatever it asks.
+#define CT_KERNEL_ONE_BLOCK extern "C" __global__ void __launch_bounds__(CT_MAX_THREADS, 1)

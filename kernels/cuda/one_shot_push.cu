@@ -110,3 +110,79 @@ CT_KERNEL colltune_one_shot_push_all_reduce_f16(const CollArgs a) { one_shot_pus
 CT_KERNEL colltune_one_shot_push_all_reduce_f32(const CollArgs a) { one_shot_push<kWorld, F32, true>(a); }
 // All-gather moves bits, so one kernel serves every dtype.
 CT_KERNEL colltune_one_shot_push_all_gather(const CollArgs a) { one_shot_push<kWorld, F32, false>(a); }
+
+// The fused all-reduce + add + RMSNorm, one-shot: the same Lamport exchange
+// (every rank's partial sums pushed into every peer's slot of buffer k%3,
+// sentinel words sent as 0, the previous buffer re-armed meanwhile), with rows
+// as the unit of work (prims.cu, "Rows"): each thread pushes, then receives,
+// its packs of its rows, adds its own residual to every rank's sum (x, the new
+// residual) and, once its block has every pack of its rows, stores the row's
+// RMSNorm times the weight. Every rank sums every row itself, in the same
+// order, from the same bits: all ranks hold the same x and output (given the
+// same residual and weight). A world of one pushes nothing: add + RMSNorm.
+template <int W, typename E>
+__device__ __forceinline__ void one_shot_push_add_rmsnorm(const CollArgs& a) {
+    dependent_launch_prologue();
+    u32* const ctrl = ctrl_of(a, a.rank);
+    const bool aligned = a.io_aligned != 0u;
+    const char* in = (const char*)a.input;
+    const char* res = (const char*)a.residual;
+    auto input = [&](u64 i) { return without_sentinel(ld_io(in + i * 16u, aligned)); };
+    CallState& state = begin_call(ctrl);
+    if (state.poisoned) {
+        mark_failed_rows<E>(a);
+        return;
+    }
+    save_push_state(ctrl, state, a.bytes);
+    const u32 shake = lamport_handshake_peer<W>(a, rows_of<E>(a).block_has_work());
+    if (shake != CT_NO_PEER && blockIdx.x == 0u) handshake_send(a, shake, state.calls);
+    const u32 phase = state.push_phase;
+    const u32 rearm = previous_buffer(phase);
+    const u64 buffer = (u64)phase * World<W>::size(a) * a.slot_bytes;
+    const u64 my_slot = buffer + (u64)a.rank * a.slot_bytes;
+
+    // 1. Push this rank's packs of the thread's rows into every peer.
+    {
+        const Rows r = rows_of<E>(a);
+        for (u64 first = r.first(); first < r.rows; first += r.step()) {
+            if (!r.has(first)) break;
+            const u64 base = (first + r.g) * r.row_packs;
+            for (u32 p = r.lane(); p < r.row_packs; p += r.group) {
+                const Pack v = input(base + p);
+                for_peers<W>(a, [&](u32 q) { lamport_push((char*)a.push_bufs[q] + my_slot + (base + p) * 16u, v); });
+            }
+        }
+    }
+    // 2. Re-arm the previous call's buffer while the pushes cross the link.
+    rearm_previous<W>(a, state, rearm, (u64)blockIdx.x * blockDim.x + threadIdx.x, thread_stride());
+
+    // 3. Receive and normalise. The handshake lanes check the peers' calls
+    //    before any wait for data; every thread reads their verdict at the
+    //    block's end, and marks its rows if a peer made another call.
+    bool ok = true;
+    if (shake != CT_NO_PEER) {
+        ok = handshake_check(a, shake, state.calls, CT_KERNEL_ONE_SHOT_PUSH, handshake_peek(a, shake));
+        record_verdict(state, ok);
+    }
+    const char* mine = (const char*)a.push_bufs[a.rank] + buffer;
+    auto slot = [&](u32 p, u64 i) { return mine + (u64)p * a.slot_bytes + i * 16u; };
+    ok = norm_rows<E>(a, ok, [&](u64 i, Pack& x) {
+        const Pack residual = ld_io(res + i * 16u, aligned);
+        return receive_step<W, 1, true>(a, Step{i, 1u, i + 1u}, CT_KERNEL_ONE_SHOT_PUSH, input, slot,
+                                        [&](u64, const Pack (&v)[World<W>::SLOTS]) {
+                                            x = add_residual<E, World<W>::SLOTS>(v, World<W>::size(a), residual);
+                                        });
+    });
+    ok = block_verdict(a, state) && ok;
+    if (!ok) mark_failed_rows<E>(a);
+}
+
+CT_KERNEL_ONE_BLOCK colltune_one_shot_push_all_reduce_add_rmsnorm_bf16(const CollArgs a) {
+    one_shot_push_add_rmsnorm<kWorld, Bf16>(a);
+}
+CT_KERNEL_ONE_BLOCK colltune_one_shot_push_all_reduce_add_rmsnorm_f16(const CollArgs a) {
+    one_shot_push_add_rmsnorm<kWorld, F16>(a);
+}
+CT_KERNEL_ONE_BLOCK colltune_one_shot_push_all_reduce_add_rmsnorm_f32(const CollArgs a) {
+    one_shot_push_add_rmsnorm<kWorld, F32>(a);
+}

@@ -12,7 +12,9 @@
 // - the steps every kernel is made of: load every rank's packs of a step at
 //   once, wait for the Lamport ones, use them;
 // - the call handshake;
-// - the per-block barrier over peers (a semaphore of 64-bit flags).
+// - the per-block barrier over peers (a semaphore of 64-bit flags);
+// - rows: the fused all-reduce + add + RMSNorm's unit of work, a row per
+//   group of threads, its norm, and the marking of both its outputs.
 
 // ---------------------------------------------------------------------------
 // World-size specialisation
@@ -693,4 +695,183 @@ __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 
         }
     }
     return __syncthreads_and(ok) != 0;
+}
+
+// ---------------------------------------------------------------------------
+// Rows: the fused all-reduce + add + RMSNorm
+// ---------------------------------------------------------------------------
+
+// A call of the fused collective is `rows` rows (tokens) of `hidden` elements,
+// `row_packs` packs each (the host takes only hidden sizes of whole packs:
+// protocol::rows). The norm of a row needs every pack of it, so a row, not a
+// pack, is the unit of work: a group of `group` threads (whole warps: enough
+// for one pack each, at most the block) takes a row, pack p of it by thread
+// p mod group of the group; a block holds `groups` groups and takes rows in
+// passes, rows first, first + 1, ... (one per group) with first =
+// blockIdx * groups, then first + gridDim * groups, ... Every thread of a
+// block runs every pass of its block (the block's barriers need them all),
+// with a row or not. Every phase of a fused kernel that touches the user's
+// tensors keeps to this, so a pack of the output and of the residual is
+// written by the thread that read it (an in-place call is safe) and once.
+struct Rows {
+    u64 rows;       // rows of the call
+    u32 row_packs;  // packs of a row
+    u32 group;      // threads per row
+    u32 groups;     // rows a block takes per pass
+    u32 g;          // this thread's group (>= groups: none, it idles)
+
+    // The first row of this block's first pass, and the step between passes.
+    __device__ __forceinline__ u64 first() const { return (u64)blockIdx.x * groups; }
+    __device__ __forceinline__ u64 step() const { return (u64)gridDim.x * groups; }
+    // Whether this thread has a row in the pass that starts at `first`.
+    __device__ __forceinline__ bool has(u64 first) const { return g < groups && first + g < rows; }
+    // This thread's place in its group.
+    __device__ __forceinline__ u32 lane() const { return threadIdx.x - g * group; }
+    // Whether this block has any row.
+    __device__ __forceinline__ bool block_has_work() const { return first() < rows; }
+};
+
+template <typename E>
+__device__ __forceinline__ Rows rows_of(const CollArgs& a) {
+    Rows r;
+    r.row_packs = a.hidden * (u32)sizeof(typename E::Bits) / 16u;
+    const u32 warps_group = ((r.row_packs + 31u) / 32u) * 32u;
+    r.group = warps_group < blockDim.x ? warps_group : blockDim.x;
+    r.groups = blockDim.x / r.group;
+    r.g = threadIdx.x / r.group;
+    r.rows = a.bytes / ((u64)r.row_packs * 16u);
+    return r;
+}
+
+// x, the new residual of one pack: every rank's pack summed in rank order,
+// then the residual added, in f32, rounded once (the same order in every
+// fused kernel, so they all hold the same x).
+template <typename E, int SLOTS>
+__device__ __forceinline__ Pack add_residual(const Pack (&v)[SLOTS], u32 world, const Pack& residual) {
+    PackAcc<E> acc;
+    acc.first(v[0]);
+#pragma unroll
+    for (int p = 1; p < SLOTS; ++p)
+        if ((u32)p < world) acc.add(v[p]);
+    acc.add(residual);
+    return acc.result();
+}
+
+// The squares of a pack's elements, summed in f32 from +0.0 (squares are never
+// -0.0, so the start changes nothing).
+template <typename E>
+__device__ __forceinline__ float sum_squares(const Pack& x) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < E::LANES; ++k) {
+        const float f = pack_lane<E>(x, k);
+        s += f * f;
+    }
+    return s;
+}
+
+// One pack of the output: x × scale × weight per element, in f32, rounded once.
+template <typename E>
+__device__ __forceinline__ Pack scaled(const Pack& x, const Pack& weight, float scale) {
+    PackAcc<E> acc;
+#pragma unroll
+    for (int k = 0; k < E::LANES; ++k) acc.f[k] = pack_lane<E>(x, k) * scale * pack_lane<E>(weight, k);
+    return acc.result();
+}
+
+// The sum of `v` over the threads of each group, the same bits in every
+// thread of the group and on every rank that runs the same call: a butterfly
+// within each warp (lane i and lane i ^ o add the same two values), then the
+// group's warps in order. Every thread of the block calls it, idle ones with 0.
+__device__ __forceinline__ float group_sum(float v, const Rows& r) {
+    __shared__ float warp_sums[CT_MAX_THREADS / 32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31u) == 0u) warp_sums[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float sum = 0.0f;
+    if (r.g < r.groups) {
+        const u32 first = r.g * r.group / 32u;
+        sum = warp_sums[first];
+        for (u32 w = 1; w < r.group / 32u; ++w) sum += warp_sums[first + w];
+    }
+    // The next pass writes the sums again.
+    __syncthreads();
+    return sum;
+}
+
+// 1 / sqrt(mean of the squares + eps), IEEE-rounded (NVRTC compiles with
+// --prec-div and --prec-sqrt): what every element of the row is scaled by.
+__device__ __forceinline__ float rms_scale(float sum_of_squares, u32 hidden, float eps) {
+    return 1.0f / sqrtf(sum_of_squares / (float)hidden + eps);
+}
+
+// The rows of a call, each normalised once every pack of it is known. In
+// every pass, each thread gets x (the new residual) of its packs of its row
+// from x_of(i, x), which returns false once a wait must stop; stores it into
+// the residual and sums its squares. The block then agrees that every pack of
+// its rows arrived (a barrier every thread takes), each group sums its row's
+// squares, and each thread stores its packs of the output, reading x back
+// from the residual it stored itself (its own stores, so in program order;
+// holding a row's packs in registers instead would take several per
+// thread at hidden 16384). False, in every thread of the block, once a pack
+// did not arrive, or when a thread came in with `ok` false (a handshake lane
+// that found another call): the block stops, and its caller marks its rows.
+// Every thread of the block calls it.
+template <typename E, typename XOf>
+__device__ __forceinline__ bool norm_rows(const CollArgs& a, bool ok, XOf x_of) {
+    const Rows r = rows_of<E>(a);
+    const u32 lane = r.lane();
+    char* residual = (char*)a.residual;
+    const bool aligned = a.io_aligned != 0u;
+    for (u64 first = r.first(); first < r.rows; first += r.step()) {
+        const bool mine = r.has(first);
+        const u64 base = (first + r.g) * r.row_packs;
+        float squares = 0.0f;
+        if (mine) {
+            for (u32 p = lane; ok && p < r.row_packs; p += r.group) {
+                Pack x;
+                ok = x_of(base + p, x);
+                if (!ok) break;
+                st_io(residual + (base + p) * 16u, x, aligned);
+                squares += sum_squares<E>(x);
+            }
+        }
+        if (__syncthreads_and(ok) == 0) return false;
+        const float scale = rms_scale(group_sum(squares, r), a.hidden, __uint_as_float(a.eps_bits));
+        if (mine) {
+            for (u32 p = lane; p < r.row_packs; p += r.group) {
+                const Pack x = ld_io(residual + (base + p) * 16u, aligned);
+                const Pack w = ld_io((const char*)a.weight + (u64)p * 16u, aligned);
+                st_io((char*)a.output + (base + p) * 16u, scaled<E>(x, w, scale), aligned);
+            }
+        }
+    }
+    return ok;
+}
+
+// Marks every pack of every row this thread takes, in both outputs of the
+// call (the normed output and the new residual): a failed fused call leaves
+// no word of either looking like a result, the residual's old value
+// included. Not inlined (the cold path), on scalars.
+__device__ __noinline__ void mark_failed_row_packs(char* out, char* residual, bool aligned, u64 rows, u32 row_packs,
+                                                   u32 group, u32 groups) {
+    Pack nan;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) nan.w[k] = 0xffffffffu;
+    const u32 g = threadIdx.x / group;
+    if (g >= groups) return;
+    for (u64 row = (u64)blockIdx.x * groups + g; row < rows; row += (u64)gridDim.x * groups)
+        for (u32 p = threadIdx.x - g * group; p < row_packs; p += group) {
+            const u64 offset = (row * row_packs + p) * 16u;
+            st_io(out + offset, nan, aligned);
+            st_io(residual + offset, nan, aligned);
+        }
+}
+
+template <typename E>
+__device__ __forceinline__ void mark_failed_rows(const CollArgs& a) {
+    const Rows r = rows_of<E>(a);
+    mark_failed_row_packs((char*)a.output, (char*)a.residual, a.io_aligned != 0u, r.rows, r.row_packs, r.group,
+                          r.groups);
 }

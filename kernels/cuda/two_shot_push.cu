@@ -114,3 +114,125 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
 CT_KERNEL colltune_two_shot_push_all_reduce_bf16(const CollArgs a) { two_shot_push<kWorld, Bf16>(a); }
 CT_KERNEL colltune_two_shot_push_all_reduce_f16(const CollArgs a) { two_shot_push<kWorld, F16>(a); }
 CT_KERNEL colltune_two_shot_push_all_reduce_f32(const CollArgs a) { two_shot_push<kWorld, F32>(a); }
+
+// The fused all-reduce + add + RMSNorm, two-shot: the same scatter and
+// reduction of shard `rank` as two_shot_push, then every rank normalises every
+// row from the gathered sums:
+//   1. scatter, 2. re-arm, as above;
+//   3. reduce: pack j of shard `rank` from every rank in rank order, plus this
+//      rank's residual: x, sentinel words replaced by 0, goes into slot `rank`
+//      of every peer (packs [S, 2S), as the sums above) and into this rank's
+//      own slot, packs [0, S) (where no rank ever scatters: a rank's own copy
+//      of its shard is its input);
+//   4. normalise: rows as the unit of work (prims.cu, "Rows"): each thread
+//      polls x of its packs of its rows from the slot of the rank whose shard
+//      holds it, re-arms the packs of its own slot it read (no other rank
+//      writes there, and the next call through this buffer is three calls
+//      away), stores x into the residual, and once its block has every pack
+//      of its rows stores the row's RMSNorm times the weight.
+// Every x was summed once, by the rank of its shard, with that rank's
+// residual, and every rank normalises the same x the same way: all ranks hold
+// the same bits (the sums' sentinel words replaced on every rank, the rule of
+// this algorithm). Shards are cut by packs, not rows: only step 4 needs whole
+// rows. In-place calls are safe: a rank writes output and residual pack i only
+// after x of it arrived, which its shard's rank sent only after it had read
+// every rank's input and its residual of pack i. A world of one scatters
+// nothing: it adds and normalises its own rows.
+template <int W, typename E>
+__device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
+    dependent_launch_prologue();
+    const u32 rank = a.rank;
+    const u64 packs = a.bytes / 16u;
+    const Shards sh{(packs + World<W>::size(a) - 1u) / World<W>::size(a), packs};
+    const u64 first = first_unit<W>(a);
+    const u64 stride = thread_stride();
+    const bool aligned = a.io_aligned != 0u;
+    const char* in = (const char*)a.input;
+    const char* res = (const char*)a.residual;
+    auto input = [&](u32 s, u64 j) { return without_sentinel(ld_io(in + (s * sh.shard + j) * 16u, aligned)); };
+
+    Pack v[World<W>::UNROLL][World<W>::SLOTS];
+    load_shards<W, World<W>::UNROLL>(a, Step{first, stride, sh.shard}, sh, v, input);
+    CallState& state = begin_call(ctrl_of(a, rank));
+    if (state.poisoned) {
+        mark_failed_rows<E>(a);
+        return;
+    }
+    if (World<W>::size(a) == 1u) {
+        save_push_state(ctrl_of(a, rank), state, 0u);
+        const char* sum = in;
+        const bool ok = norm_rows<E>(a, true, [&](u64 i, Pack& x) {
+            PackAcc<E> acc;
+            acc.first(without_sentinel(ld_io(sum + i * 16u, aligned)));
+            acc.add(ld_io(res + i * 16u, aligned));
+            x = without_sentinel(acc.result());
+            return true;
+        });
+        if (!ok) mark_failed_rows<E>(a);
+        return;
+    }
+    save_push_state(ctrl_of(a, rank), state, 2u * sh.shard * 16u);
+    const u64 buffer = (u64)state.push_phase * World<W>::size(a) * a.slot_bytes;
+    const u64 my_slot = buffer + (u64)rank * a.slot_bytes;
+    const char* mine = (const char*)a.push_bufs[rank] + buffer;
+
+    // 1. Scatter: pack j of shard s goes to slot `rank` of rank s.
+    for (u64 base = first; base < sh.shard; base += stride * World<W>::UNROLL) {
+        const Step st{base, stride, sh.shard};
+        if (base != first) load_shards<W, World<W>::UNROLL>(a, st, sh, v, input);
+        use_shards<W, World<W>::UNROLL>(a, st, sh, v, [&](u32 s, u64 j, const Pack& p) {
+            lamport_push((char*)a.push_bufs[s] + my_slot + j * 16u, p);
+        });
+    }
+    const u32 shake = lamport_handshake_peer<W>(a, block_has_work<W>(a, sh.shard));
+    if (shake != CT_NO_PEER && blockIdx.x == 0u) handshake_send(a, shake, state.calls);
+    // 2. Re-arm the previous push-family call's buffer.
+    rearm_previous<W>(a, state, previous_buffer(state.push_phase), first, stride);
+
+    // 3. Reduce shard `rank` with this rank's residual; send x to every rank.
+    bool ok = true;
+    if (shake != CT_NO_PEER) {
+        ok = handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
+        record_verdict(state, ok);
+    }
+    const u64 own_first = rank * sh.shard;
+    const u64 own = packs > own_first ? (packs - own_first < sh.shard ? packs - own_first : sh.shard) : 0u;
+    for (u64 base = first; ok && base < own; base += stride * World<W>::UNROLL)
+        ok = receive_step<W, World<W>::UNROLL, true>(
+            a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PUSH,
+            [&](u64 j) { return input(rank, j); },
+            [&](u32 p, u64 j) { return mine + (u64)p * a.slot_bytes + j * 16u; },
+            [&](u64 j, const Pack (&q)[World<W>::SLOTS]) {
+                const Pack x = without_sentinel(
+                    add_residual<E, World<W>::SLOTS>(q, World<W>::size(a), ld_io(res + (own_first + j) * 16u, aligned)));
+                for_peers<W>(a, [&](u32 s) {
+                    lamport_push((char*)a.push_bufs[s] + my_slot + (sh.shard + j) * 16u, x);
+                });
+                lamport_push((char*)mine + (u64)rank * a.slot_bytes + j * 16u, x);
+            });
+
+    // 4. Normalise every row as its sums land.
+    ok = norm_rows<E>(a, ok, [&](u64 i, Pack& x) {
+        const u32 s = (u32)(i / sh.shard);
+        const u64 j = i - (u64)s * sh.shard;
+        const char* at = mine + (u64)s * a.slot_bytes + (s == rank ? j : sh.shard + j) * 16u;
+        x = ld_pack_sys(at);
+        Deadline deadline(a.timeout_ns);
+        if (!lamport_wait(x, at, deadline, a, s, CT_KERNEL_TWO_SHOT_PUSH)) return false;
+        if (s == rank) st_pack((char*)at, sentinel_pack());
+        return true;
+    });
+    // 5. The block's verdict on the peers' calls (see two_shot_push above).
+    ok = block_verdict(a, state) && ok;
+    if (!ok) mark_failed_rows<E>(a);
+}
+
+CT_KERNEL_ONE_BLOCK colltune_two_shot_push_all_reduce_add_rmsnorm_bf16(const CollArgs a) {
+    two_shot_push_add_rmsnorm<kWorld, Bf16>(a);
+}
+CT_KERNEL_ONE_BLOCK colltune_two_shot_push_all_reduce_add_rmsnorm_f16(const CollArgs a) {
+    two_shot_push_add_rmsnorm<kWorld, F16>(a);
+}
+CT_KERNEL_ONE_BLOCK colltune_two_shot_push_all_reduce_add_rmsnorm_f32(const CollArgs a) {
+    two_shot_push_add_rmsnorm<kWorld, F32>(a);
+}

@@ -122,5 +122,6 @@ pub use policy::{
 };
 pub use protocol::budget::Footprint;
 pub use protocol::decline::Decline;
+pub use protocol::rows::{HIDDEN_MAX, HIDDEN_MIN, HIDDEN_STEP};
 pub use rendezvous::{FileRendezvous, Rendezvous};
 pub use selection::table_choice;

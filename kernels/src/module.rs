@@ -150,12 +150,20 @@ pub fn entry_name(kernel: Kernel, collective: Collective, dtype: DType) -> Optio
     Some(match collective {
         Collective::AllReduce => format!("colltune_{name}_all_reduce_{}", dtype.name()),
         Collective::AllGather => format!("colltune_{name}_all_gather"),
+        Collective::AllReduceAddRmsNorm => {
+            format!("colltune_{name}_all_reduce_add_rmsnorm_{}", dtype.name())
+        }
     })
+}
+
+/// The add + RMSNorm kernel's entry point for `dtype`.
+pub fn add_rmsnorm_entry(dtype: DType) -> String {
+    format!("colltune_add_rmsnorm_{}", dtype.name())
 }
 
 /// Every entry point the sources must define.
 pub fn entry_names() -> Vec<String> {
-    let mut names = Vec::new();
+    let mut names: Vec<String> = DType::ALL.into_iter().map(add_rmsnorm_entry).collect();
     for kernel in Kernel::all() {
         for collective in Collective::ALL {
             for dtype in DType::ALL {
@@ -600,19 +608,41 @@ impl KernelSet {
     ) -> Option<&CudaFunction> {
         entry_name(kernel, collective, dtype).and_then(|name| self.functions.get(&name))
     }
+
+    /// The add + RMSNorm kernel for `dtype`.
+    pub fn add_rmsnorm(&self, dtype: DType) -> Option<&CudaFunction> {
+        self.functions.get(&add_rmsnorm_entry(dtype))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The CUDA file of the add + RMSNorm kernel of the fused collective's
+    /// unfused path: a kernel of no algorithm, which communicates nothing.
+    const ADD_RMSNORM_FILE: &str = "add_rmsnorm.cu";
+
+    /// Whether `text` defines the kernel `entry` (kernels/cuda/common.cu
+    /// has two spellings of a kernel's declaration).
+    fn defines_entry(text: &str, entry: &str) -> bool {
+        ["CT_KERNEL", "CT_KERNEL_ONE_BLOCK"]
+            .iter()
+            .any(|macro_name| text.contains(&format!("{macro_name} {entry}(")))
+    }
+
     #[test]
     fn entry_points_spell_the_schemas_names() {
         let names = entry_names();
-        // Per kernel: three all-reduces, and an all-gather where it gathers.
-        let expected: usize = Kernel::all()
-            .map(|k| 3 + k.serves(Collective::AllGather) as usize)
-            .sum();
+        // Per kernel: three all-reduces, an all-gather where it gathers and
+        // three fused all-reduces where it fuses; and the add + RMSNorm
+        // kernel's three.
+        let expected: usize = 3 + Kernel::all()
+            .map(|k| {
+                3 + k.serves(Collective::AllGather) as usize
+                    + 3 * k.serves(Collective::AllReduceAddRmsNorm) as usize
+            })
+            .sum::<usize>();
         assert_eq!(names.len(), expected, "{names:?}");
         assert!(names.contains(&"colltune_two_shot_pull_all_reduce_bf16".to_string()));
         assert!(names.contains(&"colltune_one_shot_pull_all_gather".to_string()));
@@ -620,6 +650,11 @@ mod tests {
         assert!(names.contains(&"colltune_reference_all_gather".to_string()));
         assert!(!names.iter().any(|n| n.contains("two_shot_pull_all_gather")));
         assert!(!names.iter().any(|n| n.contains("two_shot_push_all_gather")));
+        assert!(names.contains(&"colltune_one_shot_push_all_reduce_add_rmsnorm_bf16".to_string()));
+        assert!(names.contains(&"colltune_two_shot_push_all_reduce_add_rmsnorm_f32".to_string()));
+        assert!(names.contains(&"colltune_add_rmsnorm_f16".to_string()));
+        // The loopback reference stands in for NCCL, which has no fused call.
+        assert!(!names.iter().any(|n| n.contains("reference_all_reduce_add")));
     }
 
     #[test]
@@ -637,19 +672,27 @@ mod tests {
             for collective in Collective::ALL {
                 for dtype in DType::ALL {
                     if let Some(entry) = entry_name(kernel, collective, dtype) {
-                        assert!(
-                            text.contains(&format!("CT_KERNEL {entry}(")),
-                            "{entry} is not in {file}"
-                        );
+                        assert!(defines_entry(text, &entry), "{entry} is not in {file}");
                     }
                 }
             }
         }
         for file in &files[2..] {
             assert!(
-                Kernel::all().any(|k| format!("{}.cu", k.name()) == *file),
+                Kernel::all().any(|k| format!("{}.cu", k.name()) == *file)
+                    || *file == ADD_RMSNORM_FILE,
                 "kernels/cuda/{file} belongs to no kernel of the registry"
             );
+        }
+        // The add + RMSNorm kernel's entry points live in its own file.
+        let text = SOURCES
+            .iter()
+            .find(|(name, _)| *name == ADD_RMSNORM_FILE)
+            .expect("kernels/cuda/add_rmsnorm.cu")
+            .1;
+        for dtype in DType::ALL {
+            let entry = add_rmsnorm_entry(dtype);
+            assert!(defines_entry(text, &entry), "{entry}");
         }
     }
 
@@ -707,7 +750,7 @@ mod tests {
         let source = source_with(0, &[]);
         for name in entry_names() {
             assert!(
-                source.contains(&format!("CT_KERNEL {name}(")),
+                defines_entry(&source, &name),
                 "{name} is not defined in kernels/cuda"
             );
         }

@@ -80,8 +80,8 @@ pub fn include_tuned(input: TokenStream) -> TokenStream {
 fn placeholders() -> proc_macro2::TokenStream {
     quote::quote! {
         #[allow(dead_code)]
-        pub const fn select(_q: ::policy::Query) -> ::policy::Algo {
-            ::policy::Algo::Nccl
+        pub const fn select(q: ::policy::Query) -> ::policy::Algo {
+            q.key.collective.fallback()
         }
         #[allow(dead_code)]
         pub const fn capacity(

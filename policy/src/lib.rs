@@ -33,7 +33,7 @@
 //! that every band edge `b` selects the lower band at `b` and the upper at
 //! `b + 1`, every size has an algorithm, every custom band fits its capacity and
 //! alignment, every `[[assert]]` of the files holds, and queries with no table
-//! select NCCL.
+//! select their collective's fallback.
 //!
 //! # Architectures with no table
 //!
@@ -42,7 +42,9 @@
 //! capability whose minor is the highest one not above the query's (sm103 uses
 //! sm100; sm87 uses sm86, or sm80 when there is no sm86); otherwise by none.
 //! With no file, or no table in it for (collective, world size, dtype, mode),
-//! [`select`] gives [`Algo::Nccl`] and [`capacity`] gives [`default_capacity`].
+//! [`select`] gives the collective's fallback ([`Collective::fallback`]:
+//! [`Algo::Nccl`], or [`Algo::Unfused`] for the fused all-reduce + add +
+//! RMSNorm) and [`capacity`] gives [`default_capacity`].
 //! A different major version is never borrowed: its kernels and crossovers differ
 //! too much to guess. The rule is written once, as [`Arch::answered_by`];
 //! the generated code and the interpreter are derived from it.
@@ -57,7 +59,9 @@
 //! # Byte sizes
 //!
 //! `Query::bytes` is the size of the collective's OUTPUT: for all-reduce the
-//! tensor, for all-gather the gathered tensor (world size × each rank's input).
+//! tensor, for all-gather the gathered tensor (world size × each rank's input),
+//! for the fused all-reduce + add + RMSNorm each rank's input (tokens × hidden
+//! × element size).
 //! [`Collective::output_size`] and [`Collective::per_rank_size`] convert
 //! between a rank's input and the output.
 //!
@@ -130,12 +134,12 @@ pub use platforms::{PlatformInfo, TableInfo};
 /// checks as `policy`'s own; see [An engine's own tables](crate#an-engines-own-tables).
 pub use policy_macros::include_tuned;
 pub use tables::{Tables, TablesInUse, tables_in_use, use_tables};
-/// When a custom algorithm refuses a call (which then runs on NCCL): the rule
-/// `kernels` applies after [`select`].
+/// When a custom algorithm refuses a call (which then runs on the collective's
+/// fallback): the rule `kernels` applies after [`select`].
 pub use tuned_schema::decline;
 pub use tuned_schema::{
-    Algo, AlgoKind, Arch, Band, Capacity, CapacityEntry, Collective, DEFAULT_ALIGN, DType, Link,
-    Mode, PACK_BYTES, Query, TableKey, default_capacity,
+    Algo, AlgoKind, Arch, Band, Capacity, CapacityEntry, Collective, DEFAULT_ALIGN, DType,
+    HIDDEN_MAX, HIDDEN_MIN, HIDDEN_STEP, Link, Mode, PACK_BYTES, Query, TableKey, default_capacity,
 };
 
 // `tuned` is inside this package so that the published crate carries it; in

@@ -15,7 +15,8 @@ pub const OVERRIDE_ENV: &str = "COLLTUNE_ALGO";
 ///
 /// - `ALGO` forces `ALGO` for every collective it implements
 ///   (`COLLTUNE_ALGO=one_shot_pull` forces all-reduce and all-gather;
-///   `two_shot_pull` forces all-reduce only, as it has no all-gather);
+///   `two_shot_pull` forces all-reduce only, as it has no all-gather;
+///   `one_shot_push` forces the fused all-reduce + add + RMSNorm too);
 /// - `COLLECTIVE=ALGO` forces one collective
 ///   (`COLLTUNE_ALGO=all_reduce=two_shot_pull,all_gather=nccl`);
 ///   it wins over a bare `ALGO` in the same list.
@@ -26,7 +27,8 @@ pub const OVERRIDE_ENV: &str = "COLLTUNE_ALGO";
 /// [`OverrideError`] whose message lists the valid names; it is never ignored.
 ///
 /// A forced custom algorithm still declines sizes it cannot take (over capacity,
-/// misaligned): `kernels` then runs NCCL, as for any decline.
+/// misaligned): `kernels` then runs the collective's fallback, as for any
+/// decline.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
     /// The algorithm forced per collective, indexed by its discriminant.

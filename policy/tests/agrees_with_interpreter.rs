@@ -3,7 +3,8 @@
 //! and a custom choice always fits the capacity the generated code reports.
 //!
 //! Two table sets: the shipped `tuned/`, and a fixture that exercises the arch
-//! fallback (sm80 and sm86 files), PCIe, three ranks and all-gather bands.
+//! fallback (sm80 and sm86 files), PCIe, three ranks, all-gather bands and the
+//! fused all-reduce + add + RMSNorm (whose fallback is the unfused path).
 //!
 //! Queries are built from the tables themselves: a key that has a table, an
 //! architecture that the table's file answers (its own, or one that falls back
@@ -101,7 +102,7 @@ fn capacity_edges(docs: &[Document], arch: Arch, link: Link, key: TableKey) -> V
     {
         let cap = interpret::capacity(docs, arch, link, key.collective, algo);
         let step = match key.collective {
-            Collective::AllReduce => cap.align,
+            Collective::AllReduce | Collective::AllReduceAddRmsNorm => cap.align,
             Collective::AllGather => cap.align.saturating_mul(u64::from(key.world_size)),
         };
         let top = cap.max_bytes - cap.max_bytes % step.max(1);
@@ -378,4 +379,53 @@ fn fixture_exercises_the_fallback_rule() {
     assert_eq!(fixture::table_arch(sm(9, 0), nv), None);
     assert_eq!(fixture::table_arch(sm(9, 1), Link::Pcie), Some(sm(9, 0)));
     assert_eq!(fixture::PLATFORMS.len(), 3);
+}
+
+#[test]
+fn fixture_selects_the_fused_bands_and_unfused_elsewhere() {
+    let fused = |arch: Arch, world_size, dtype, mode, bytes| {
+        fixture::select(Query::new(
+            Collective::AllReduceAddRmsNorm,
+            arch,
+            Link::NvLink,
+            world_size,
+            dtype,
+            mode,
+            bytes,
+        ))
+    };
+    let sm89 = Arch::from_compute_capability(8, 9);
+    let sm80 = Arch::from_compute_capability(8, 0);
+    assert_eq!(
+        fused(sm89, 8, DType::Bf16, Mode::Graph, 96 << 10),
+        Algo::OneShotPush
+    );
+    assert_eq!(
+        fused(sm89, 8, DType::Bf16, Mode::Graph, (96 << 10) + 1),
+        Algo::TwoShotPush
+    );
+    assert_eq!(
+        fused(sm89, 8, DType::Bf16, Mode::Graph, (2 << 20) + 1),
+        Algo::Unfused
+    );
+    assert_eq!(fused(sm89, 2, DType::F16, Mode::Eager, 4096), Algo::Unfused);
+    assert_eq!(
+        fused(sm89, 2, DType::F16, Mode::Eager, 4112),
+        Algo::OneShotPush
+    );
+    // No table: the key's, the world's, the platform's.
+    assert_eq!(fused(sm89, 8, DType::F16, Mode::Graph, 16), Algo::Unfused);
+    assert_eq!(fused(sm89, 4, DType::Bf16, Mode::Graph, 16), Algo::Unfused);
+    assert_eq!(fused(sm80, 8, DType::Bf16, Mode::Graph, 16), Algo::Unfused);
+    // The plain all-reduce of the same key still falls back to NCCL.
+    let plain = Query::new(
+        Collective::AllReduce,
+        sm80,
+        Link::NvLink,
+        4,
+        DType::Bf16,
+        Mode::Graph,
+        16,
+    );
+    assert_eq!(fixture::select(plain), Algo::Nccl);
 }

@@ -39,6 +39,21 @@ fn a_bare_algorithm_forces_every_collective_it_implements() {
     assert_eq!(two_shot.forced(AG), None);
     assert_eq!(two_shot.select(q(AG, 16)), select(q(AG, 16)));
     assert_eq!(two_shot.to_string(), "all_reduce=two_shot_pull");
+
+    // one_shot_push has a fused all-reduce + add + RMSNorm too; nccl has not.
+    let fused = Collective::AllReduceAddRmsNorm;
+    let push = Policy::from_spec("one_shot_push").unwrap();
+    assert_eq!(push.forced(fused), Some(Algo::OneShotPush));
+    assert_eq!(
+        push.to_string(),
+        "all_reduce=one_shot_push,all_gather=one_shot_push,all_reduce_add_rmsnorm=one_shot_push"
+    );
+    let nccl = Policy::from_spec("nccl").unwrap();
+    assert_eq!(nccl.forced(fused), None);
+    let unfused = Policy::from_spec("all_reduce_add_rmsnorm=unfused").unwrap();
+    assert_eq!(unfused.forced(fused), Some(Algo::Unfused));
+    assert_eq!(unfused.forced(AR), None);
+    assert_eq!(Policy::from_spec(&unfused.to_string()), Ok(unfused));
 }
 
 #[test]

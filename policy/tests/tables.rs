@@ -62,7 +62,7 @@ fn sm90_world_size_4_follows_the_measured_table() {
         .iter()
         .filter(|p| p.arch == Arch::SM90)
         .flat_map(|p| p.tables.iter())
-        .filter(|t| t.key.world_size == 4)
+        .filter(|t| t.key.world_size == 4 && t.key.collective != Collective::AllReduceAddRmsNorm)
     {
         assert_eq!(table.source, "measured", "{}", table.key);
     }
@@ -209,7 +209,7 @@ fn platforms_mirror_the_files() {
 
 #[test]
 fn the_published_files_cover_every_key() {
-    // 3 platforms × 2 collectives × world sizes 2/4/8 × 3 dtypes × 2 modes.
+    // 3 platforms × 3 collectives × world sizes 2/4/8 × 3 dtypes × 2 modes.
     assert_eq!(PLATFORMS.len(), 3);
     for platform in PLATFORMS {
         assert_eq!(platform.source, "published");
@@ -234,6 +234,59 @@ fn the_published_files_cover_every_key() {
                 }
             }
         }
-        assert_eq!(platform.tables.len(), 36);
+        assert_eq!(platform.tables.len(), 54);
     }
+}
+
+#[test]
+fn the_fused_rows_answer_as_published() {
+    let at = |arch: Arch, ws: u32, dtype: DType, mode: Mode, bytes: u64| {
+        select(Query::new(
+            Collective::AllReduceAddRmsNorm,
+            arch,
+            Link::NvLink,
+            ws,
+            dtype,
+            mode,
+            bytes,
+        ))
+    };
+    for dtype in DType::ALL {
+        for mode in Mode::ALL {
+            // sm90: vLLM's one-shot thresholds, TP8 lowered below 256 KB.
+            assert_eq!(at(Arch::SM90, 2, dtype, mode, 32 * MIB), Algo::OneShotPush);
+            assert_eq!(at(Arch::SM90, 2, dtype, mode, 32 * MIB + 16), Algo::Unfused);
+            assert_eq!(at(Arch::SM90, 4, dtype, mode, 2 * MIB), Algo::OneShotPush);
+            assert_eq!(at(Arch::SM90, 4, dtype, mode, 2 * MIB + 16), Algo::Unfused);
+            assert_eq!(at(Arch::SM90, 8, dtype, mode, 128 * KIB), Algo::OneShotPush);
+            assert_eq!(at(Arch::SM90, 8, dtype, mode, 256 * KIB), Algo::Unfused);
+            // sm100 TP4: one-shot, then two-shot, then unfused.
+            assert_eq!(at(Arch::SM100, 4, dtype, mode, 4 * MIB), Algo::OneShotPush);
+            assert_eq!(
+                at(Arch::SM100, 4, dtype, mode, 4 * MIB + 16),
+                Algo::TwoShotPush
+            );
+            assert_eq!(
+                at(Arch::SM100, 4, dtype, mode, 16 * MIB + 16),
+                Algo::Unfused
+            );
+            // sm80 has no published threshold.
+            assert_eq!(at(Arch::SM80, 8, dtype, mode, 16), Algo::Unfused);
+        }
+    }
+    // A world with no table, and an unknown platform: the fallback.
+    assert_eq!(
+        at(Arch::SM90, 3, DType::Bf16, Mode::Graph, 16),
+        Algo::Unfused
+    );
+    assert_eq!(
+        at(
+            Arch::from_compute_capability(7, 0),
+            8,
+            DType::Bf16,
+            Mode::Graph,
+            16
+        ),
+        Algo::Unfused
+    );
 }

@@ -465,7 +465,9 @@ pub fn regret(
         let capped = ratios(
             u.key,
             |bytes| match band_algo(&u.bands, bytes) {
-                algo if algo.is_custom() && cap.is_some_and(|c| bytes > c) => Algo::Nccl,
+                algo if algo.is_custom() && cap.is_some_and(|c| bytes > c) => {
+                    u.key.collective.fallback()
+                }
                 algo => algo,
             },
             &u.bands,

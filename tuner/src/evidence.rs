@@ -320,9 +320,9 @@ pub struct FailedChecks {
 impl FailedChecks {
     /// One warning line for a person reviewing the table.
     pub fn warning(&self) -> String {
-        let consequence = if self.algo == Algo::Nccl {
-            "NCCL is the baseline: the bands at those sizes were never compared with it; \
-             find out why before committing this table"
+        let consequence = if !self.algo.is_custom() {
+            "it is the baseline (NCCL, or the fused collective's unfused path): the bands at \
+             those sizes were never compared with it; find out why before committing this table"
         } else {
             "left out of the fit at those sizes"
         };

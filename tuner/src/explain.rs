@@ -180,33 +180,38 @@ impl Explanation {
         let capacity = (chosen.is_custom() && chosen.implements(key.collective))
             .then(|| tables.capacity(query.arch, query.link, key.collective, chosen));
         let memory_cap = memory.and_then(|m| m.cap(tables, query));
+        // NCCL, or the fused all-reduce + add + RMSNorm's unfused path.
+        let fallback = key.collective.fallback();
+        let fallback_name = fallback.name();
         let (runs, reason) = if query.bytes == 0 {
             (
-                Algo::Nccl,
-                "a 0-byte call moves nothing: every rank returns at once, runs no kernel and reports nccl"
-                    .to_string(),
+                fallback,
+                format!(
+                    "a 0-byte call moves nothing: every rank returns at once, runs no kernel and \
+                     reports {fallback_name}"
+                ),
             )
         } else if world < 2 {
             (
-                Algo::Nccl,
+                fallback,
                 format!(
                     "a world of {world} rank has no peer to exchange with, and tables are for 2 ranks or more"
                 ),
             )
         } else if world > MAX_WORLD {
             (
-                Algo::Nccl,
+                fallback,
                 format!(
                     "kernels builds worlds of at most {MAX_WORLD} ranks; an engine of {world} ranks calls NCCL itself"
                 ),
             )
         } else if !chosen.is_custom() {
             let why = match (&forced, table) {
-                (Some(f), _) => format!("{} forces nccl", override_text(&f.value)),
-                (None, Some(_)) => "the table selects nccl".to_string(),
-                (None, None) => "a query with no table selects nccl".to_string(),
+                (Some(f), _) => format!("{} forces {}", override_text(&f.value), chosen.name()),
+                (None, Some(_)) => format!("the table selects {}", chosen.name()),
+                (None, None) => format!("a query with no table selects {fallback_name}"),
             };
-            (Algo::Nccl, why)
+            (chosen, why)
         } else {
             let capacity =
                 capacity.unwrap_or_else(|| policy::default_capacity(key.collective, chosen));
@@ -221,19 +226,19 @@ impl Explanation {
             ) {
                 (None, None) => (chosen, format!("{} takes the call", chosen.name())),
                 (None, Some(_)) => (
-                    Algo::Nccl,
+                    fallback,
                     format!(
                         "{} declines it at run time: the memory budget of {} per rank caps \
-                         every capacity of this world at {}, so nccl runs",
+                         every capacity of this world at {}, so {fallback_name} runs",
                         chosen.name(),
                         format::size(memory.map_or(0, |m| m.budget.bytes)),
                         format::exact_size(within.max_bytes)
                     ),
                 ),
                 (Some(why), _) => (
-                    Algo::Nccl,
+                    fallback,
                     format!(
-                        "{} declines it at run time ({}), so nccl runs",
+                        "{} declines it at run time ({}), so {fallback_name} runs",
                         chosen.name(),
                         why.describe()
                     ),
@@ -479,8 +484,9 @@ mod tests {
     /// budget may have lowered).
     fn oracle(q: Query) -> Algo {
         let w = q.key.world_size;
+        let fallback = q.key.collective.fallback();
         if q.bytes == 0 || !(2..=8).contains(&w) {
-            return Algo::Nccl;
+            return fallback;
         }
         let algo = policy::select(q);
         if !algo.is_custom() {
@@ -494,8 +500,8 @@ mod tests {
             && world_cap(q).is_none_or(|limit| q.bytes <= limit)
             && share > 0
             && share.is_multiple_of(16)
-            && (c == Collective::AllReduce || q.bytes.is_multiple_of(u64::from(w)));
-        if fits { algo } else { Algo::Nccl }
+            && (c != Collective::AllGather || q.bytes.is_multiple_of(u64::from(w)));
+        if fits { algo } else { fallback }
     }
 
     fn query() -> impl Strategy<Value = Query> {

@@ -237,8 +237,9 @@ pub fn fit_key(
     if columns.is_empty() {
         return None;
     }
-    let mut owner = owners(&columns, settings.margin);
-    absorb_noise(&columns, &mut owner, settings.margin);
+    let fallback = k.collective.fallback();
+    let mut owner = owners(&columns, settings.margin, fallback);
+    absorb_noise(&columns, &mut owner, settings.margin, fallback);
     let align = crate::grid::alignment(capacities, k.collective, k.world_size);
     let runs = runs(&owner);
     let mut bands = Vec::new();
@@ -269,7 +270,7 @@ pub fn fit_key(
     }
     bands.push(Band {
         max: None,
-        algo: if last.is_custom() { Algo::Nccl } else { last },
+        algo: if last.is_custom() { fallback } else { last },
     });
     Some(KeyFit {
         key: k,
@@ -319,11 +320,13 @@ fn columns(
 }
 
 /// One owner per measured size (see the module's rule).
-fn owners(columns: &[Column], margin: f64) -> Vec<Algo> {
+/// `fallback`: the collective's (NCCL, or the fused collective's unfused
+/// path), the run below the first size.
+fn owners(columns: &[Column], margin: f64, fallback: Algo) -> Vec<Algo> {
     let mut owner: Vec<Algo> = Vec::with_capacity(columns.len());
     for (i, column) in columns.iter().enumerate() {
         let best = column.best();
-        let below = owner.last().copied().unwrap_or(Algo::Nccl);
+        let below = owner.last().copied().unwrap_or(fallback);
         let keeps = column
             .median(below)
             .is_some_and(|m| column.medians[&best] >= m * (1.0 - margin));
@@ -345,11 +348,12 @@ fn owners(columns: &[Column], margin: f64) -> Vec<Algo> {
 /// Gives every run that does not beat the run below by more than the margin
 /// on average over its own sizes (the geometric mean of the ratio of the two
 /// medians, where both ran) to the run below: a band that wins only at the
-/// size noise handed it is no band. At the first size NCCL is the run below.
-fn absorb_noise(columns: &[Column], owner: &mut [Algo], margin: f64) {
+/// size noise handed it is no band. At the first size the collective's
+/// fallback is the run below.
+fn absorb_noise(columns: &[Column], owner: &mut [Algo], margin: f64, fallback: Algo) {
     loop {
         let runs = runs(owner);
-        let below = std::iter::once(Algo::Nccl).chain(runs.iter().map(|r| r.algo));
+        let below = std::iter::once(fallback).chain(runs.iter().map(|r| r.algo));
         let weak = runs.iter().zip(below).find(|(run, below)| {
             let ratios: Option<Vec<f64>> = (run.start..run.end)
                 .map(|i| Some((columns[i].median(run.algo)? / columns[i].median(*below)?).ln()))

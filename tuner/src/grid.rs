@@ -76,19 +76,21 @@ fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
-fn lcm(a: u64, b: u64) -> u64 {
+/// The least common multiple of two sizes.
+pub fn lcm(a: u64, b: u64) -> u64 {
     a / gcd(a, b) * b
 }
 
 /// The custom algorithms of `capacities` that take a `collective` of `bytes`
-/// over `world_size` ranks, after NCCL, which takes everything.
+/// over `world_size` ranks, after the collective's fallback (NCCL, or the
+/// fused collective's unfused path), which takes everything.
 pub fn candidates(
     capacities: &[CapacityEntry],
     collective: Collective,
     world_size: u32,
     bytes: u64,
 ) -> Vec<Algo> {
-    let mut algos = vec![Algo::Nccl];
+    let mut algos = vec![collective.fallback()];
     for &algo in collective.algos() {
         let accepted = capacities.iter().any(|c| {
             c.collective == collective

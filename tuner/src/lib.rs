@@ -58,6 +58,7 @@ pub mod format;
 pub mod grid;
 #[cfg(feature = "gpu")]
 pub mod harness;
+pub mod hidden;
 mod json_layout;
 pub mod logging;
 pub mod memory;

@@ -40,7 +40,8 @@ pub fn algbw_gbps(bytes: u64, micros: f64) -> f64 {
 pub fn busbw_gbps(collective: Collective, world_size: u32, bytes: u64, micros: f64) -> f64 {
     let w = f64::from(world_size);
     let factor = match collective {
-        Collective::AllReduce => 2.0 * (w - 1.0) / w,
+        // The fused collective moves what its all-reduce moves.
+        Collective::AllReduce | Collective::AllReduceAddRmsNorm => 2.0 * (w - 1.0) / w,
         Collective::AllGather => (w - 1.0) / w,
     };
     algbw_gbps(bytes, micros) * factor

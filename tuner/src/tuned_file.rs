@@ -64,7 +64,20 @@ pub fn build_document(
                 evidence: evidence_file.map(str::to_string),
             },
         },
-        capacities: platform.capacities.clone(),
+        // What the measured collectives' kernels took: a file says what its
+        // tables were measured with, not what a collective it has no table
+        // for would take.
+        capacities: platform
+            .capacities
+            .iter()
+            .filter(|c| {
+                evidence
+                    .keys
+                    .iter()
+                    .any(|k| k.key().collective == c.collective)
+            })
+            .cloned()
+            .collect(),
         tables: fit
             .keys
             .iter()

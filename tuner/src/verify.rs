@@ -397,7 +397,10 @@ pub fn verify(
             });
             continue;
         }
-        let align = grid::alignment(&platform.capacities, k.collective, k.world_size);
+        let align = grid::lcm(
+            grid::alignment(&platform.capacities, k.collective, k.world_size),
+            backend.row_bytes(k).max(1),
+        );
         let sizes = key_sizes(table, align, settings);
         if sizes.is_empty() {
             skipped.push(Skipped {
@@ -834,8 +837,9 @@ fn clear_of_limits(r: &SizeRegret, kind: SizeKind, settings: &VerifySettings) ->
     !(straddles(settings.max_worst_regret) || median_open)
 }
 
-/// The file's selection at `bytes`, or NCCL where the kernel would decline the
-/// size at run time (over its capacity here, or misaligned).
+/// The file's selection at `bytes`, or the collective's fallback (NCCL, the
+/// fused collective's unfused path) where the kernel would decline the size
+/// at run time (over its capacity here, or misaligned).
 fn effective_choice(backend: &dyn Backend, docs: &[Document], key: TableKey, bytes: u64) -> Algo {
     let platform = &docs[0].platform;
     let query = key.query(platform.arch, platform.link, bytes);
@@ -843,7 +847,11 @@ fn effective_choice(backend: &dyn Backend, docs: &[Document], key: TableKey, byt
     let runs = backend
         .candidates(key.collective, key.world_size, bytes)
         .contains(&selected);
-    if runs { selected } else { Algo::Nccl }
+    if runs {
+        selected
+    } else {
+        key.collective.fallback()
+    }
 }
 
 fn summarize(

@@ -135,7 +135,7 @@ fn usage_errors_exit_2_everywhere() {
     for (args, says) in [
         (
             vec!["bench", "--collective", "ring"],
-            "expected one of all_reduce, all_gather, or both",
+            "expected one of all_reduce, all_gather, all_reduce_add_rmsnorm, or both",
         ),
         (
             vec!["bench", "--dtype", "f64"],
@@ -153,6 +153,25 @@ fn usage_errors_exit_2_everywhere() {
         (
             vec!["sweep", "--synthetic", "--out", "/tmp/x", "--samples", "2"],
             "--samples must be at least 5",
+        ),
+        (
+            vec!["sweep", "--synthetic", "--out", "/tmp/x", "--hidden", "100"],
+            "--hidden 100: a row is a multiple of 8 elements in 64..=16384",
+        ),
+        (
+            vec![
+                "sweep",
+                "--synthetic",
+                "--out",
+                "/tmp/x",
+                "--hidden",
+                "64,64",
+            ],
+            "--hidden names 64 twice",
+        ),
+        (
+            vec!["bench", "--hidden", "20000"],
+            "--hidden 20000: a row is a multiple of 8 elements in 64..=16384",
         ),
         (
             vec![
@@ -289,6 +308,51 @@ fn bad_arguments_are_named() {
     let out = tuner(&["fit", "/nonexistent/e.json"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).starts_with("tuner: /nonexistent/e.json: cannot read"));
+}
+
+/// The fused collective is swept when named; at a second hidden size its
+/// keys are swept again and compared (the synthetic model is by bytes, so
+/// its crossovers stay within the sweep's resolution).
+#[test]
+fn a_fused_sweep_compares_its_crossovers_across_hidden_sizes() {
+    let dir = common::scratch("synthetic-fused");
+    let out = tuner(&[
+        "sweep",
+        "--synthetic",
+        "--collectives",
+        "all_reduce_add_rmsnorm",
+        "--hidden",
+        "4096,8192",
+        "--world-sizes",
+        "2",
+        "--dtypes",
+        "bf16",
+        "--modes",
+        "graph",
+        "--max-bytes",
+        "8MiB",
+        "--no-progress",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(
+            "all_reduce_add_rmsnorm at other hidden sizes (the tables above: hidden 4096)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("all_reduce_add_rmsnorm ws2 bf16 graph hidden 8192: crossovers do not move; one_shot_push → two_shot_push between"),
+        "{stdout}"
+    );
+    let toml = std::fs::read_to_string(dir.join("sm90-nvlink.toml")).unwrap();
+    assert!(toml.contains("algo = \"unfused\""), "{toml}");
+    assert!(
+        !toml.contains("collective = \"all_reduce\"\n"),
+        "only the fused collective: {toml}"
+    );
 }
 
 #[test]

@@ -280,17 +280,26 @@ fn show_explain_and_fit_speak_json() {
         dir.join("sm90-nvlink.toml").display().to_string()
     );
     let keys = v["keys"].as_array().unwrap();
-    assert_eq!(keys.len(), 4, "{v}");
-    assert_eq!(
-        keys[0]["bands"].as_array().unwrap().last().unwrap()["algo"],
-        "nccl"
-    );
+    assert_eq!(keys.len(), 6, "{v}");
+    // Each collective's open band is its fallback: NCCL, or the fused
+    // collective's unfused path.
+    for key in keys {
+        let fallback = match key["key"]["collective"].as_str().unwrap() {
+            "all_reduce_add_rmsnorm" => "unfused",
+            _ => "nccl",
+        };
+        assert_eq!(
+            key["bands"].as_array().unwrap().last().unwrap()["algo"],
+            fallback,
+            "{key}"
+        );
+    }
     assert!(keys[0]["edges"][0]["first_above"].is_u64(), "{v}");
     assert!(v["dropped"].as_array().unwrap().is_empty());
     assert!(v["merge"].is_null(), "a new file: {v}");
     // Fitted again into the file it wrote: the merge is reported.
     let v = json(&tuner(&["fit", evidence.to_str().unwrap(), "--json"]));
-    assert_eq!(v["merge"]["replaced"].as_array().unwrap().len(), 4, "{v}");
+    assert_eq!(v["merge"]["replaced"].as_array().unwrap().len(), 6, "{v}");
 }
 
 #[test]

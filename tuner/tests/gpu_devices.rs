@@ -60,6 +60,9 @@ fn against_nccl<T: Element>(
                 &mut out.as_view_mut(),
                 Select::Force(algo),
             ),
+            Collective::AllReduceAddRmsNorm => Err(kernels::Error::Unsupported(
+                "all_reduce_add_rmsnorm is tested by gpu_fused.rs".into(),
+            )),
         };
         let ran = run(rank, &mut custom, algo)?;
         run(rank, &mut nccl, Algo::Nccl)?;
@@ -92,6 +95,9 @@ fn against_nccl<T: Element>(
                 check_all_gather(&inputs, custom, pushed),
                 check_all_gather(&inputs, nccl, false),
             ),
+            Collective::AllReduceAddRmsNorm => {
+                return Err("all_reduce_add_rmsnorm is tested by gpu_fused.rs".into());
+            }
         };
         mine.map_err(|e| format!("rank {r}: {}: {e}", algo.name()))?;
         theirs.map_err(|e| format!("rank {r}: NCCL: {e}"))?;
@@ -106,7 +112,7 @@ fn suite_on(count: usize, suite: &mut Suite) {
         "world of {count} GPUs: link {}",
         ranks[0].link().name()
     ));
-    for collective in Collective::ALL {
+    for collective in gpu_common::PLAIN_COLLECTIVES {
         let algos = collective.algos();
         for &algo in algos {
             for bytes in SWEEP_BYTES {
@@ -178,7 +184,7 @@ fn devices_world_of_one_gpu() {
             other => Err(format!("{other:?}")),
         },
     );
-    for collective in Collective::ALL {
+    for collective in gpu_common::PLAIN_COLLECTIVES {
         for &algo in collective.algos() {
             let case = Case {
                 collective,

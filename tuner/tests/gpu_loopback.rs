@@ -151,7 +151,7 @@ fn every_algorithm(world: usize) {
         shape.threads,
         ranks[0].programmatic_launch()
     ));
-    for collective in Collective::ALL {
+    for collective in gpu_common::PLAIN_COLLECTIVES {
         for &algo in collective.algos() {
             if algo.kind() == AlgoKind::Window && ranks[0].fallback_kind() != Fallback::Nccl {
                 // No NCCL here, so no window: every size would decline to
@@ -268,7 +268,7 @@ fn loopback_long_graph_replays() {
     let mut suite = Suite::new("loopback long graph replays");
     for world in [2, 8] {
         let mut ranks = loopback(&ctx, world);
-        for collective in Collective::ALL {
+        for collective in gpu_common::PLAIN_COLLECTIVES {
             for &algo in collective.algos() {
                 let case = Case {
                     collective,
@@ -349,7 +349,7 @@ fn loopback_in_place() {
     let mut suite = Suite::new("loopback in place");
     for world in [2, 8] {
         let mut ranks = loopback(&ctx, world);
-        for collective in Collective::ALL {
+        for collective in gpu_common::PLAIN_COLLECTIVES {
             for &algo in collective.algos() {
                 for bytes in [4096, 65_552] {
                     for mode in [Mode::Eager, Mode::Graph] {
@@ -682,7 +682,7 @@ fn world_of_one_runs_nccl_and_every_algorithm() {
     let mut suite = Suite::new("loopback world 1 (real NCCL)");
     let mut ranks = loopback(&ctx, 1);
     assert_eq!(ranks[0].fallback_kind(), Fallback::Nccl);
-    for collective in Collective::ALL {
+    for collective in gpu_common::PLAIN_COLLECTIVES {
         for &algo in collective.algos() {
             for bytes in [16, 4096, 65_552] {
                 for placement in [Placement::OutOfPlace, Placement::InPlace] {
@@ -893,6 +893,7 @@ fn timeout_when_a_peer_never_launches() {
                 &mut output.as_view_mut(),
                 Select::Force(algo),
             ),
+            Collective::AllReduceAddRmsNorm => unreachable!("{}", gpu_common::FUSED_ELSEWHERE),
         };
         let label = format!("{} {} with rank 1 absent", collective.name(), algo.name());
         let outcome =
@@ -1099,6 +1100,7 @@ fn timing_measure_and_verify() {
                 DType::Bf16,
                 algo,
                 65_536,
+                0,
                 3,
             )
             .map_err(|e| e.to_string()),
@@ -1113,6 +1115,7 @@ fn timing_measure_and_verify() {
                 calls_per_sample: 10,
                 samples: 5,
                 warmup: 3,
+                hidden: 0,
             };
             let timed = measure(&mut ranks, &spec)
                 .map_err(|e| e.to_string())
@@ -1139,6 +1142,7 @@ fn timing_measure_and_verify() {
             DType::F16,
             Algo::OneShotPull,
             8192,
+            0,
             4,
         )
         .map_err(|e| e.to_string()),
@@ -1152,6 +1156,7 @@ fn timing_measure_and_verify() {
         calls_per_sample: 1,
         samples: 1,
         warmup: 0,
+        hidden: 0,
     };
     suite.record(
         "measure refuses a declined size",
@@ -1296,6 +1301,7 @@ fn loopback_pipelined_mixed_calls() {
                 Collective::AllGather => {
                     rank.all_gather(&q.input.as_view(), &mut q.output.as_view_mut(), how)
                 }
+                Collective::AllReduceAddRmsNorm => unreachable!("{}", gpu_common::FUSED_ELSEWHERE),
             }
         };
         let started = Instant::now();
@@ -1350,6 +1356,9 @@ fn loopback_pipelined_mixed_calls() {
                             &outputs[0],
                             pushed,
                         ),
+                        Collective::AllReduceAddRmsNorm => {
+                            unreachable!("{}", gpu_common::FUSED_ELSEWHERE)
+                        }
                     })
                     .map_err(|e| {
                         format!("call {call} ({} {}): {e}", collective.name(), algo.name())
@@ -1404,6 +1413,7 @@ fn issue_raw(
         match collective {
             Collective::AllReduce => rank.all_reduce(&input, &mut output, how),
             Collective::AllGather => rank.all_gather(&input, &mut output, how),
+            Collective::AllReduceAddRmsNorm => unreachable!("{}", gpu_common::FUSED_ELSEWHERE),
         }
     }
     match call.dtype {
@@ -1508,7 +1518,7 @@ fn mismatched_calls_are_errors_on_every_rank() {
     let ctx = gpu();
     let mut suite = Suite::new("mismatched calls");
     for world in 2..=8 {
-        for collective in Collective::ALL {
+        for collective in gpu_common::PLAIN_COLLECTIVES {
             for &algo in collective.algos() {
                 let call = |dtype, per_rank| Call {
                     algo,
@@ -1634,6 +1644,7 @@ impl Guarded {
         match collective {
             Collective::AllReduce => rank.all_reduce(&input, &mut output, how),
             Collective::AllGather => rank.all_gather(&input, &mut output, how),
+            Collective::AllReduceAddRmsNorm => unreachable!("{}", gpu_common::FUSED_ELSEWHERE),
         }
     }
 
@@ -1758,7 +1769,7 @@ fn a_failed_call_marks_every_word_of_its_output() {
     let mut suite = Suite::new("a failed call's whole output is marked");
     let n = 32 * 1024 + 8; // 64 KiB + 16 B of bf16 per rank: several blocks, short last shards
     for world in [2, 4, 8] {
-        for collective in Collective::ALL {
+        for collective in gpu_common::PLAIN_COLLECTIVES {
             for algo in marking_algos(collective) {
                 for offset in [0, 1] {
                     let label = format!(
@@ -2005,6 +2016,9 @@ fn mismatch_after_wrap(
                     match collective {
                         Collective::AllReduce => rank.all_reduce(&input, &mut output, how),
                         Collective::AllGather => rank.all_gather(&input, &mut output, how),
+                        Collective::AllReduceAddRmsNorm => {
+                            unreachable!("{}", gpu_common::FUSED_ELSEWHERE)
+                        }
                     }
                 }
                 _ => g.issue(rank, collective, how),
@@ -2041,7 +2055,7 @@ fn a_mismatch_after_the_tag_wraps_is_caught_by_every_block() {
     let ctx = gpu();
     let mut suite = Suite::new("mismatch in a warm world");
     for world in [2, 4, 8] {
-        for collective in Collective::ALL {
+        for collective in gpu_common::PLAIN_COLLECTIVES {
             for algo in marking_algos(collective) {
                 let label = format!("world {world} {} {}", collective.name(), algo.name());
                 suite.record(

@@ -105,6 +105,7 @@ fn call_on_every_rank(
         let at = match collective {
             Collective::AllReduce => 0,
             Collective::AllGather => r * N,
+            Collective::AllReduceAddRmsNorm => unreachable!("{}", gpu_common::FUSED_ELSEWHERE),
         };
         let drv = |e: cudarc::driver::DriverError| Error::Verification(format!("{e:?}"));
         for window in windows.iter_mut() {
@@ -128,6 +129,7 @@ fn call_on_every_rank(
                 0,
                 rank.all_gather_in_place(&mut windows[0].slice_mut(..len), how),
             ),
+            (_, Collective::AllReduceAddRmsNorm) => unreachable!("{}", gpu_common::FUSED_ELSEWHERE),
         };
         let ran = ran.and_then(|ran| rank.check().map(|()| ran));
         let result = match &ran {
@@ -182,6 +184,7 @@ fn same_window_everywhere(
                 check_all_reduce_of(ran, across_gpus && !ran.is_kernel(), &inputs, &result)
             }
             Collective::AllGather => check_all_gather(&inputs, &result, ran == Algo::OneShotPush),
+            Collective::AllReduceAddRmsNorm => unreachable!("{}", gpu_common::FUSED_ELSEWHERE),
         }
         .map_err(|e| format!("rank {r} ({}): {e}", ran.name()))?;
     }
@@ -243,7 +246,7 @@ fn window_calls_in_a_loopback_world_name_their_window_in_the_handshake() {
     let ctx = gpu();
     let mut suite = Suite::new("window calls, loopback");
     for world in [2, 4] {
-        for collective in Collective::ALL {
+        for collective in gpu_common::PLAIN_COLLECTIVES {
             for (i, &algo) in collective.algos().iter().enumerate() {
                 let label = format!("world {world} {} {}", collective.name(), algo.name());
                 let outcome = loopback(&ctx, world).and_then(|mut ranks| {
@@ -291,7 +294,7 @@ fn window_calls_in_a_world_of_one_run_nccl_symmetric_in_place() {
         "a world of one has no NCCL window (NCCL {:?}; windows need 2.27 or later)",
         kernels::raw::nccl_version()
     );
-    for collective in Collective::ALL {
+    for collective in gpu_common::PLAIN_COLLECTIVES {
         for issue in [Issue::Window(0), Issue::Window(1), Issue::Ordinary] {
             suite.record(
                 &format!("{} {issue:?}", collective.name()),
@@ -328,6 +331,7 @@ fn world_of_one_call(
     match collective {
         Collective::AllReduce => check_all_reduce_of(ran, false, &inputs, &result),
         Collective::AllGather => check_all_gather(&inputs, &result, false),
+        Collective::AllReduceAddRmsNorm => unreachable!("{}", gpu_common::FUSED_ELSEWHERE),
     }
 }
 
@@ -407,7 +411,7 @@ fn window_calls_across_gpus_run_nccl_symmetric_in_place() {
         "no NCCL window across GPUs (NCCL {:?}; windows need 2.27 or later)",
         kernels::raw::nccl_version()
     );
-    for collective in Collective::ALL {
+    for collective in gpu_common::PLAIN_COLLECTIVES {
         suite.record(
             &format!("{} nccl_symmetric on window 0", collective.name()),
             same_window_everywhere(&mut ranks, collective, Algo::NcclSymmetric, 0x3d00),

@@ -314,8 +314,10 @@ fn the_world_size_2_sweep_stays_within_three_minutes_and_finds_the_same_bands() 
 fn verify_of_the_committed_table_passes_on_the_replay() {
     let mut replay = Replay::new(2);
     let scale = RECORDED_SECONDS / replay.recorded_seconds();
+    // The replay holds the recorded all-reduce and all-gather measurements.
     let settings = VerifySettings {
         world_sizes: vec![2],
+        collectives: vec![Collective::AllReduce, Collective::AllGather],
         ..VerifySettings::default()
     };
     let report = verify(&mut replay, &committed(), &settings, &mut Quiet).unwrap();

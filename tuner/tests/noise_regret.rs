@@ -30,7 +30,7 @@ const SEEDS: u64 = 10;
 /// defaults otherwise.
 fn settings() -> SweepSettings {
     SweepSettings {
-        collectives: Collective::ALL.to_vec(),
+        collectives: vec![Collective::AllReduce, Collective::AllGather],
         world_sizes: vec![8],
         dtypes: vec![DType::Bf16],
         modes: Mode::ALL.to_vec(),

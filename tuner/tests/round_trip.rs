@@ -7,7 +7,6 @@
 
 mod common;
 
-use policy::Algo;
 use tuned_schema::folder::load_folder;
 use tuned_schema::interpret;
 use tuner::commands::{self, Exit, FitArgs, FitCommandArgs};
@@ -57,7 +56,10 @@ fn written_files_load_validate_and_select_the_fitted_bands() {
             assert_eq!(interpret::select(&docs, query(edge)), pair[0].algo);
             assert_eq!(interpret::select(&docs, query(edge + 1)), pair[1].algo);
         }
-        assert_eq!(interpret::select(&docs, query(1 << 40)), Algo::Nccl);
+        assert_eq!(
+            interpret::select(&docs, query(1 << 40)),
+            key.key.collective.fallback()
+        );
     }
 }
 

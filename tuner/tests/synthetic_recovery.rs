@@ -13,7 +13,7 @@ use tuner::sweep::{SweepSettings, sweep};
 /// the first round per point.
 fn settings(samples: u32) -> SweepSettings {
     SweepSettings {
-        collectives: Collective::ALL.to_vec(),
+        collectives: vec![Collective::AllReduce, Collective::AllGather],
         world_sizes: vec![8],
         dtypes: vec![DType::Bf16],
         modes: vec![Mode::Graph],

@@ -17,7 +17,9 @@ use crate::weights::prompt_tokens;
     about = "Tensor-parallel Llama decode on candle: NCCL against colltune's collectives",
     long_about = "Tensor-parallel Llama decode on candle, one process per GPU, split as Megatron \
 does. Each back-end (`none`: no communication, the floor; `nccl`: cudarc's NCCL; `colltune`: \
-kernels::RankComm choosing through policy) runs eagerly and as a captured CUDA graph; the report \
+kernels::RankComm choosing through policy, each all-reduce fused with the residual add and the \
+RMSNorm after it; `colltune-unfused`: the same communicator's all-reduce, then candle's add and \
+rms_norm) runs eagerly and as a captured CUDA graph; the report \
 gives TPOT (median, p10, p90), tokens/s, prefill time, the gap above `none`, and checks the \
 results against a one-rank model. The model is a built-in shape (--model) or any \
 Llama-architecture model folder (--model-dir: its config.json, its safetensors weights when it \
@@ -72,7 +74,11 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 2)]
     pub world: usize,
     /// Back-ends to run, in order.
-    #[arg(long, value_delimiter = ',', default_value = "none,nccl,colltune")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,nccl,colltune,colltune-unfused"
+    )]
     pub backends: Vec<String>,
     /// Modes to run each back-end in.
     #[arg(long, value_delimiter = ',', default_value = "eager,graph")]
@@ -102,7 +108,7 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',')]
     pub gpus: Vec<usize>,
     /// Largest relative RMS difference of the first decode step's logits from
-    /// the one-rank model that passes (nccl and colltune).
+    /// the one-rank model that passes (every back-end but none).
     #[arg(long, default_value_t = 0.05)]
     pub logit_tolerance: f64,
     /// Skip the one-rank reference model (rank 0 loads the whole model after
@@ -436,7 +442,10 @@ mod tests {
             (2, 1, 128, 256)
         );
         assert!(run.prompt.is_empty());
-        assert_eq!(run.backends, ["none", "nccl", "colltune"]);
+        assert_eq!(
+            run.backends,
+            ["none", "nccl", "colltune", "colltune-unfused"]
+        );
         assert_eq!(run.modes, ["eager", "graph"]);
         assert!(!run.no_reference && run.gpus.is_empty());
         assert_eq!(out.timeout, 900);

@@ -133,7 +133,9 @@ impl Collectives for NcclBackend {
     }
 }
 
-/// colltune's adapter; each call finds its mode (graph while capturing).
+/// colltune's adapter; each call finds its mode (graph while capturing). The
+/// all-reduces followed by the residual add and an RMSNorm are one fused
+/// call (`all_reduce_add_rmsnorm`).
 impl Collectives for Comm {
     fn all_reduce(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         Comm::all_reduce(self, x)
@@ -141,12 +143,35 @@ impl Collectives for Comm {
     fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         Comm::all_gather(self, x)
     }
+    fn all_reduce_add_rms_norm(
+        &self,
+        partial: &Tensor,
+        residual: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        Comm::all_reduce_add_rms_norm(self, partial, residual, weight, eps)
+    }
+}
+
+/// colltune's all-reduce, then candle's add and `rms_norm`: the fused call's
+/// baseline, on the same communicator.
+struct Unfused(Arc<Comm>);
+
+impl Collectives for Unfused {
+    fn all_reduce(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.0.all_reduce(x)
+    }
+    fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.0.all_gather(x)
+    }
 }
 
 enum Backend {
     None(LocalCopy),
     Nccl(NcclBackend),
-    Colltune(Box<Comm>),
+    Colltune(Arc<Comm>),
+    ColltuneUnfused(Unfused),
 }
 
 impl Backend {
@@ -155,6 +180,7 @@ impl Backend {
             Backend::None(_) => "none",
             Backend::Nccl(_) => "nccl",
             Backend::Colltune(_) => "colltune",
+            Backend::ColltuneUnfused(_) => "colltune-unfused",
         }
     }
 
@@ -163,12 +189,21 @@ impl Backend {
             Backend::None(c) => c,
             Backend::Nccl(c) => c,
             Backend::Colltune(c) => c.as_ref(),
+            Backend::ColltuneUnfused(c) => c,
+        }
+    }
+
+    /// colltune's communicator, for either colltune back-end.
+    fn colltune(&self) -> Option<&Arc<Comm>> {
+        match self {
+            Backend::Colltune(c) | Backend::ColltuneUnfused(Unfused(c)) => Some(c),
+            Backend::None(_) | Backend::Nccl(_) => None,
         }
     }
 
     /// The algorithms colltune ran since the last call (`collective:algorithm`).
     fn take_algorithms(&self) -> Vec<String> {
-        let Backend::Colltune(c) = self else {
+        let Some(c) = self.colltune() else {
             return Vec::new();
         };
         let ran = c.take_algorithms().into_iter();
@@ -178,9 +213,9 @@ impl Backend {
 
     /// Waits for this back-end's work and surfaces a fault a peer caused.
     fn check(&self, stream: &CudaStream) -> Result<(), String> {
-        match self {
-            Backend::Colltune(c) => c.rank().check().map_err(|e| format!("colltune: {e}")),
-            _ => stream
+        match self.colltune() {
+            Some(c) => c.rank().check().map_err(|e| format!("colltune: {e}")),
+            None => stream
                 .synchronize()
                 .map_err(|e| format!("{}: the stream failed: {e}", self.name())),
         }
@@ -416,6 +451,29 @@ impl Bench<'_> {
     }
 }
 
+/// This process's rank of colltune's world, on `device`'s stream.
+fn colltune_comm(
+    w: &WorkerArgs,
+    device: &Device,
+    rank: usize,
+    world: usize,
+) -> Result<Comm, String> {
+    let join = match w
+        .colltune_join
+        .as_ref()
+        .ok_or("colltune needs --colltune-join")?
+    {
+        JoinArg::Nccl(hex) => {
+            Join::Nccl(NcclId::from_hex(hex).map_err(|e| format!("--colltune-join: {e}"))?)
+        }
+        JoinArg::Files(dir) => Join::Files(dir.clone()),
+    };
+    let spec = ProcessSpec::new(rank, world, join).with_dtype(kernels::DType::Bf16);
+    let comm = Comm::process(device, spec, Options::default()).map_err(|e| e.to_string())?;
+    println!("rank {rank}: colltune {:?}", comm.rank());
+    Ok(comm)
+}
+
 fn weight_source(w: &WorkerArgs, r: &Resolved) -> Result<Box<dyn WeightSource>, String> {
     if r.weights.is_empty() {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
@@ -500,22 +558,16 @@ pub fn worker(w: &WorkerArgs) -> Result<(), String> {
                     .map_err(|e| format!("NCCL communicator (ncclCommInitRank): {e:?}"))?;
                 Backend::Nccl(NcclBackend { comm, world })
             }
-            "colltune" => {
-                let join = match w
-                    .colltune_join
-                    .as_ref()
-                    .ok_or("colltune needs --colltune-join")?
-                {
-                    JoinArg::Nccl(hex) => Join::Nccl(
-                        NcclId::from_hex(hex).map_err(|e| format!("--colltune-join: {e}"))?,
-                    ),
-                    JoinArg::Files(dir) => Join::Files(dir.clone()),
+            // Both colltune back-ends run on one communicator (one join).
+            "colltune" | "colltune-unfused" => {
+                let comm = match backends.iter().find_map(Backend::colltune) {
+                    Some(comm) => Arc::clone(comm),
+                    None => Arc::new(colltune_comm(w, &device, rank, world)?),
                 };
-                let spec = ProcessSpec::new(rank, world, join).with_dtype(kernels::DType::Bf16);
-                let comm =
-                    Comm::process(&device, spec, Options::default()).map_err(|e| e.to_string())?;
-                println!("rank {rank}: colltune {:?}", comm.rank());
-                Backend::Colltune(Box::new(comm))
+                match name.as_str() {
+                    "colltune" => Backend::Colltune(comm),
+                    _ => Backend::ColltuneUnfused(Unfused(comm)),
+                }
             }
             other => return Err(format!("unknown back-end `{other}`")),
         };

@@ -84,7 +84,11 @@ pub fn run(args: &RunArgs, out: &OutArgs) -> Result<bool, String> {
     } else {
         None
     };
-    let colltune_join = if args.backends.iter().any(|b| b == "colltune") {
+    let colltune_join = if args
+        .backends
+        .iter()
+        .any(|b| b == "colltune" || b == "colltune-unfused")
+    {
         Some(if shared {
             JoinArg::Files(fresh_dir(&log_dir, "join")?)
         } else {

@@ -1,7 +1,9 @@
 //! One rank's part of a Llama decoder on candle: RMSNorm, RoPE (with Llama 3's
 //! scaling), grouped-query attention over a KV cache, SwiGLU MLP; split as
 //! Megatron does (see `plan`), with an all-reduce after the attention output
-//! and down projections and an all-gather of the vocabulary-split logits.
+//! and down projections, each with the residual add and the RMSNorm that
+//! follow it (`Collectives::all_reduce_add_rms_norm`, which a back-end may
+//! run as one fused call), and an all-gather of the vocabulary-split logits.
 //!
 //! Every shape of a decode step is fixed, and everything that changes between
 //! steps (the token, its position) is read from device tensors, so a step can
@@ -24,6 +26,19 @@ pub trait Collectives {
     /// `x` is `[1, n]`; returns `[world, n]`, the ranks' parts stacked in
     /// rank order (as NCCL and colltune lay them out).
     fn all_gather(&self, x: &Tensor) -> Result<Tensor>;
+    /// `x = residual + Σ partial` and its RMSNorm with `weight`: returns
+    /// `(rms_norm(x), x)`. By default the all-reduce, then candle's add and
+    /// `rms_norm`; a back-end with a fused call overrides it.
+    fn all_reduce_add_rms_norm(
+        &self,
+        partial: &Tensor,
+        residual: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+    ) -> Result<(Tensor, Tensor)> {
+        let x = (residual + self.all_reduce(partial)?)?;
+        Ok((rms_norm(&x, weight, eps)?, x))
+    }
 }
 
 /// The `none` back-end: no communication. The all-reduce is a local copy and
@@ -245,8 +260,15 @@ impl RankModel {
                 .transpose(1, 2)?
                 .contiguous() // [b, n, t, d]
         };
+        // The first layer's input norm follows no all-reduce; every other norm
+        // follows one, with the residual add: the attention output's (the
+        // post-attention norm), the down projection's (the next layer's input
+        // norm, or the final norm after the last layer).
+        let mut h = match self.layers.first() {
+            Some(first) => rms_norm(&x, &first.input_norm, eps)?,
+            None => rms_norm(&x, &self.norm, eps)?,
+        };
         for (l, layer) in self.layers.iter().enumerate() {
-            let h = rms_norm(&x, &layer.input_norm, eps)?;
             let qkv = h.matmul(&layer.qkv.t()?)?; // [b * t, qkv_width]
             let q = rope(&heads(&qkv, 0, hq)?, &cos, &sin)?;
             let k = rope(&heads(&qkv, hq, hk)?, &cos, &sin)?;
@@ -273,25 +295,28 @@ impl RankModel {
                 .transpose(1, 2)?
                 .contiguous()?
                 .reshape((b * t, hq * d))?;
-            let o = comm.all_reduce(&attn.matmul(&layer.o.t()?)?)?;
-            x = (x + o)?;
-            let h = rms_norm(&x, &layer.post_norm, eps)?;
-            let gate_up = h.matmul(&layer.gate_up.t()?)?; // [b * t, 2 * il]
+            let o = attn.matmul(&layer.o.t()?)?;
+            let (post, after_attention) =
+                comm.all_reduce_add_rms_norm(&o, &x, &layer.post_norm, eps)?;
+            x = after_attention;
+            let gate_up = post.matmul(&layer.gate_up.t()?)?; // [b * t, 2 * il]
             let act = (silu(&gate_up.narrow(1, 0, il)?)? * gate_up.narrow(1, il, il)?)?;
-            let down = comm.all_reduce(&act.matmul(&layer.down.t()?)?)?;
-            x = (x + down)?;
+            let down = act.matmul(&layer.down.t()?)?;
+            let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
+            (h, x) = comm.all_reduce_add_rms_norm(&down, &x, next_norm, eps)?;
         }
+        // `h` holds every row normalised by the final norm (a row's norm is
+        // its own, so picking rows after it is picking them before it).
         let last = match rows {
-            Some(r) => x.index_select(r, 0)?,
-            None if t == 1 => x,
-            None => x
+            Some(r) => h.index_select(r, 0)?,
+            None if t == 1 => h,
+            None => h
                 .reshape((b, t, ()))?
                 .narrow(1, t - 1, 1)?
                 .squeeze(1)?
                 .contiguous()?,
         };
-        let h = rms_norm(&last, &self.norm, eps)?;
-        let logits = h.matmul(&self.lm_head.t()?)?; // [b, vocab / world]
+        let logits = last.matmul(&self.lm_head.t()?)?; // [b, vocab / world]
         gather_vocab(&logits, comm, self.dims.world)
     }
 }
@@ -540,6 +565,59 @@ pub mod tests {
         let model = cpu_model(&cfg, 0, 1, DType::F32, 10);
         let alone = decode(&model, &LocalCopy { rank: 0, world: 1 }, &prompt, 1);
         assert_eq!(alone.tokens, reference.tokens);
+    }
+
+    /// A back-end with its own fused all-reduce + add + RMSNorm (here, the
+    /// same arithmetic), counting which calls the model makes.
+    struct Fusing {
+        inner: LocalCopy,
+        plain: std::cell::Cell<usize>,
+        fused: std::cell::Cell<usize>,
+    }
+
+    impl Collectives for Fusing {
+        fn all_reduce(&self, x: &Tensor) -> Result<Tensor> {
+            self.plain.set(self.plain.get() + 1);
+            self.inner.all_reduce(x)
+        }
+
+        fn all_gather(&self, x: &Tensor) -> Result<Tensor> {
+            self.inner.all_gather(x)
+        }
+
+        fn all_reduce_add_rms_norm(
+            &self,
+            partial: &Tensor,
+            residual: &Tensor,
+            weight: &Tensor,
+            eps: f32,
+        ) -> Result<(Tensor, Tensor)> {
+            self.fused.set(self.fused.get() + 1);
+            self.inner
+                .all_reduce_add_rms_norm(partial, residual, weight, eps)
+        }
+    }
+
+    #[test]
+    fn every_all_reduce_goes_through_the_fused_call_with_its_norm() {
+        // Two per layer: the attention output's (then the post-attention
+        // norm) and the down projection's (then the next layer's input norm,
+        // or the final norm); no all-reduce on its own.
+        let cfg = Config::tiny();
+        let prompt = [crate::weights::prompt_tokens(3, 0, 6, cfg.vocab)];
+        let model = cpu_model(&cfg, 0, 1, DType::F32, 10);
+        let comm = Fusing {
+            inner: LocalCopy { rank: 0, world: 1 },
+            plain: Default::default(),
+            fused: Default::default(),
+        };
+        let fused = decode(&model, &comm, &prompt, 1);
+        // The prefill and one decode step.
+        assert_eq!(comm.fused.get(), 2 * 2 * cfg.layers);
+        assert_eq!(comm.plain.get(), 0);
+        let plain = decode(&model, &LocalCopy { rank: 0, world: 1 }, &prompt, 1);
+        assert_eq!(fused.tokens, plain.tokens);
+        assert_eq!(fused.first_step_logits, plain.first_step_logits);
     }
 
     /// A back-end whose all-gather lays the parts out in one row.

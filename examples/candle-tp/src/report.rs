@@ -7,8 +7,10 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-/// The back-ends, in the order runs are made by default.
-pub const BACKENDS: [&str; 3] = ["none", "nccl", "colltune"];
+/// The back-ends, in the order runs are made by default: `colltune` fuses
+/// each all-reduce with the residual add and RMSNorm after it,
+/// `colltune-unfused` (the same communicator) runs them as candle ops.
+pub const BACKENDS: [&str; 4] = ["none", "nccl", "colltune", "colltune-unfused"];
 pub const MODES: [&str; 2] = ["eager", "graph"];
 
 /// How a run's first decode-step logits compare with the one-rank model's.

@@ -25,10 +25,20 @@ pub struct CollArgs {
     pub call_sig: u64,
     /// Device address of the rank's fault mirror in pinned host memory.
     pub host_fault: u64,
+    /// The fused all-reduce + add + RMSNorm's residual (read, then written
+    /// with the new residual); 0 for the other collectives.
+    pub residual: u64,
+    /// The fused call's RMSNorm weight (`hidden` elements); 0 otherwise.
+    pub weight: u64,
     pub rank: u32,
     pub world: u32,
-    /// 1 when input and output are both 16-byte aligned.
+    /// 1 when every tensor of the call (input, output, and for the fused
+    /// call residual and weight) is 16-byte aligned.
     pub io_aligned: u32,
+    /// Elements of a row of the fused call; 0 otherwise.
+    pub hidden: u32,
+    /// The fused call's epsilon, an f32's bits.
+    pub eps_bits: u32,
     pub reserved: u32,
 }
 
@@ -42,8 +52,8 @@ mod tests {
 
     #[test]
     fn layout_matches_the_cuda_struct() {
-        // Three pointer tables of 8, eight u64, four u32: no padding anywhere.
-        assert_eq!(size_of::<CollArgs>(), 3 * 8 * 8 + 8 * 8 + 4 * 4);
+        // Three pointer tables of 8, ten u64, six u32: no padding anywhere.
+        assert_eq!(size_of::<CollArgs>(), 3 * 8 * 8 + 10 * 8 + 6 * 4);
         assert_eq!(align_of::<CollArgs>(), 8);
         assert_eq!(offset_of!(CollArgs, staging), 64);
         assert_eq!(offset_of!(CollArgs, ctrls), 128);
@@ -51,7 +61,11 @@ mod tests {
         assert_eq!(offset_of!(CollArgs, timeout_ns), 232);
         assert_eq!(offset_of!(CollArgs, call_sig), 240);
         assert_eq!(offset_of!(CollArgs, host_fault), 248);
-        assert_eq!(offset_of!(CollArgs, rank), 256);
-        assert_eq!(offset_of!(CollArgs, reserved), 268);
+        assert_eq!(offset_of!(CollArgs, residual), 256);
+        assert_eq!(offset_of!(CollArgs, weight), 264);
+        assert_eq!(offset_of!(CollArgs, rank), 272);
+        assert_eq!(offset_of!(CollArgs, hidden), 284);
+        assert_eq!(offset_of!(CollArgs, eps_bits), 288);
+        assert_eq!(offset_of!(CollArgs, reserved), 292);
     }
 }

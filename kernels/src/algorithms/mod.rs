@@ -1,8 +1,9 @@
-//! The launch of a collective kernel. It takes device pointers the
-//! communicator already checked and fills the per-call fields of [`CollArgs`];
-//! nothing here decides or validates. Every kernel of a rank launches the same
-//! grid ([`LaunchShape::grid`]): the kernels size their own work from the
-//! message (kernels/cuda/*.cu).
+//! The launch of a collective kernel, and of the add + RMSNorm kernel of the
+//! unfused path. It takes device pointers the communicator already checked
+//! and fills the per-call fields of [`CollArgs`]; nothing here decides or
+//! validates. Every kernel of a rank launches the same grid
+//! ([`LaunchShape::grid`]): the kernels size their own work from the message
+//! (kernels/cuda/*.cu).
 
 pub mod args;
 
@@ -30,11 +31,53 @@ pub(crate) struct Call {
     /// Where the call runs: part of its signature, and where NCCL on a
     /// window runs it (`comm/symmetric.rs`).
     pub placement: Placement,
+    /// The fused all-reduce + add + RMSNorm's other tensors; `None` for the
+    /// other collectives.
+    pub norm: Option<RowNorm>,
+}
+
+/// What a call of the fused all-reduce + add + RMSNorm (or of the add +
+/// RMSNorm kernel of its unfused path) takes besides input and output.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowNorm {
+    /// Read, then written with the new residual.
+    pub residual: u64,
+    /// `hidden` elements.
+    pub weight: u64,
+    /// Elements of a row.
+    pub hidden: u32,
+    pub eps: f32,
 }
 
 impl Call {
     fn io_aligned(&self) -> bool {
-        self.input.is_multiple_of(PACK_BYTES) && self.output.is_multiple_of(PACK_BYTES)
+        let norm = self.norm.map_or([0, 0], |n| [n.residual, n.weight]);
+        [self.input, self.output]
+            .into_iter()
+            .chain(norm)
+            .all(|ptr| ptr.is_multiple_of(PACK_BYTES))
+    }
+
+    /// The per-call fields of the kernels' argument block.
+    fn args(&self, base: &CollArgs, call_sig: u64) -> CollArgs {
+        let norm = self.norm.unwrap_or(RowNorm {
+            residual: 0,
+            weight: 0,
+            hidden: 0,
+            eps: 0.0,
+        });
+        CollArgs {
+            input: self.input,
+            output: self.output,
+            bytes: self.bytes_per_rank,
+            call_sig,
+            io_aligned: self.io_aligned() as u32,
+            residual: norm.residual,
+            weight: norm.weight,
+            hidden: norm.hidden,
+            eps_bits: norm.eps.to_bits(),
+            ..*base
+        }
     }
 }
 
@@ -68,27 +111,50 @@ pub(crate) fn launch(
         collective: call.collective,
         dtype: call.dtype,
         bytes_per_rank: call.bytes_per_rank,
+        hidden: call.norm.map_or(0, |n| n.hidden),
     }
     .encode()
         | call.placement.bits();
-    let args = CollArgs {
-        input: call.input,
-        output: call.output,
-        bytes: call.bytes_per_rank,
-        call_sig,
-        io_aligned: call.io_aligned() as u32,
-        ..*base
-    };
+    launch_args(kernels, function, stream, shape, &call.args(base, call_sig))
+}
+
+/// Launches the add + RMSNorm kernel of the fused collective's unfused path
+/// for `call` (its input the all-reduced sums) on `stream`. It waits for
+/// nobody and has no call signature: its rank's all-reduce, just before it on
+/// the stream, made the handshake. It launches the rank's one grid too, so
+/// that what the launch shape bounds (the blocks resident at once) holds with
+/// it in the stream.
+pub(crate) fn launch_add_rmsnorm(
+    kernels: &KernelSet,
+    stream: &CudaStream,
+    shape: LaunchShape,
+    base: &CollArgs,
+    call: &Call,
+) -> Result<()> {
+    let function = kernels.add_rmsnorm(call.dtype).ok_or_else(|| {
+        Error::Unsupported(format!("no add + RMSNorm kernel for {}", call.dtype.name()))
+    })?;
+    launch_args(kernels, function, stream, shape, &call.args(base, 0))
+}
+
+/// Launches `function` with `args` on the rank's grid.
+fn launch_args(
+    kernels: &KernelSet,
+    function: &cudarc::driver::CudaFunction,
+    stream: &CudaStream,
+    shape: LaunchShape,
+    args: &CollArgs,
+) -> Result<()> {
     let config = LaunchConfig {
         grid_dim: (shape.grid(), 1, 1),
         block_dim: (shape.threads, 1, 1),
         shared_mem_bytes: 0,
     };
     if kernels.programmatic() {
-        return launch_programmatic(function, stream, config, &args);
+        return launch_programmatic(function, stream, config, args);
     }
     let mut builder = stream.launch_builder(function);
-    builder.arg(&args);
+    builder.arg(args);
     // SAFETY: the kernel takes exactly one CollArgs by value; every pointer in it
     // is a live registered buffer or a tensor the communicator checked, and the
     // grid respects the kernels' launch bounds.

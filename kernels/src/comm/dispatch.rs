@@ -1,5 +1,8 @@
 //! The collectives of a rank: check the arguments, pick the algorithm, decline
-//! to the fallback when a custom kernel cannot take the call, launch.
+//! to the collective's fallback when a custom kernel cannot take the call,
+//! launch. The fused all-reduce + add + RMSNorm's fallback is itself two calls
+//! (the unfused path): the all-reduce its own table picks, then the add +
+//! RMSNorm kernel.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -8,11 +11,12 @@ use cudarc::driver::{CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice
 
 use super::options::{Fallback, Select};
 use super::rank::RankComm;
-use crate::algorithms::{self, Call};
+use crate::algorithms::{self, Call, RowNorm};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::protocol::decline::{CallShape, Decline, WorldOffer, decline};
 use crate::protocol::registry::Kernel;
+use crate::protocol::rows::rows_of;
 use crate::protocol::signature::Placement;
 use crate::vocab::{Algo, AlgoKind, Collective, DType, Mode, Query};
 
@@ -155,8 +159,127 @@ impl RankComm {
         self.run(request.placed(placement), how)
     }
 
+    /// Sums `input` over all ranks, adds `residual` and normalises each row:
+    /// the all-reduce of a row-parallel projection with the residual add and
+    /// the RMSNorm that follow it in a decoder, one call. `input` (this rank's
+    /// partial sums), `residual` and `output` hold `tokens × hidden` elements,
+    /// `weight` the norm's `hidden` (a multiple of [`HIDDEN_STEP`] in
+    /// [`HIDDEN_MIN`]`..=`[`HIDDEN_MAX`]). Every rank ends with
+    ///
+    /// - `residual` ← `x = Σ_ranks input + residual`, and
+    /// - `output` ← `x / sqrt(mean(x²) + eps) × weight`, each row's mean
+    ///   over its `hidden` elements,
+    ///
+    /// summed in f32 (ranks in order, then the residual) and rounded once to
+    /// `T`; the norm is taken of the rounded `x` (what the residual holds),
+    /// in f32, and rounded once. Every rank passes the same residual and
+    /// weight, as a tensor-parallel decoder holds them (a rank's result may
+    /// use a peer's copy of its rows), and gets the same bits.
+    ///
+    /// The tables of [`Collective::AllReduceAddRmsNorm`] pick a fused kernel
+    /// (`one_shot_push`, `two_shot_push`) or the unfused path
+    /// ([`Algo::Unfused`]: the all-reduce the all-reduce table picks for the
+    /// size, into `output`, then an add + RMSNorm kernel), which also runs
+    /// every call a fused kernel declines. [`Select::Force`] of an algorithm
+    /// that has no fused kernel runs the unfused path, whose all-reduce then
+    /// comes from the tables of the mode the call is issued in. Returns the
+    /// algorithm that ran (the unfused path reports [`Algo::Unfused`]).
+    ///
+    /// A shape that does not fit (the lengths, `tokens × hidden`, the hidden
+    /// size, an `eps` that is not finite and ≥ 0) is [`Error::Mismatch`]
+    /// before anything runs (the rank stays usable); the dtype is `T` on every
+    /// tensor by construction. A world that loaded no kernels (NCCL-only: see
+    /// [`RankComm::kernel_startup`]) has no add + RMSNorm kernel and refuses
+    /// the call with [`Error::Unsupported`], also before anything runs.
+    /// Ranks whose calls differ get [`Error::Mismatch`] where a fused kernel
+    /// runs, as for the other collectives (the hidden size is part of the
+    /// call); the unfused path checks what its all-reduce checks. A call that
+    /// fails leaves every word of `output` and of `residual` marked (all bits
+    /// set), none looking like a result.
+    ///
+    /// [`HIDDEN_STEP`]: crate::HIDDEN_STEP
+    /// [`HIDDEN_MIN`]: crate::HIDDEN_MIN
+    /// [`HIDDEN_MAX`]: crate::HIDDEN_MAX
+    pub fn all_reduce_add_rmsnorm<T: Element>(
+        &self,
+        input: &CudaView<T>,
+        residual: &mut CudaViewMut<T>,
+        weight: &CudaView<T>,
+        eps: f32,
+        output: &mut CudaViewMut<T>,
+        how: Select,
+    ) -> Result<Algo> {
+        let what = "all_reduce_add_rmsnorm";
+        let _turn = self.turn(what)?;
+        let norm = self.norm_args(what, input.len(), residual, weight, eps, output.len())?;
+        self.same_device(input.stream().context(), "input")?;
+        self.same_device(output.stream().context(), "output")?;
+        let bytes = byte_len::<T>(input.len());
+        let stream = self.res.stream.clone();
+        let (src, _reading) = input.device_ptr(&stream);
+        let (weight, _reading_weight) = weight.device_ptr(&stream);
+        let (residual, _writing_residual) = residual.device_ptr_mut(&stream);
+        let (dst, _writing) = output.device_ptr_mut(&stream);
+        let request = Request::new(Collective::AllReduceAddRmsNorm, T::DTYPE, bytes, src, dst);
+        self.run(request.with_norm(norm.at(residual, weight)), how)
+    }
+
+    /// [`RankComm::all_reduce_add_rmsnorm`] with the output written over the
+    /// input: `buffer` holds this rank's partial sums and ends with the
+    /// normalised rows (as a decoder that no longer needs the partial sums
+    /// calls it).
+    pub fn all_reduce_add_rmsnorm_in_place<T: Element>(
+        &self,
+        buffer: &mut CudaViewMut<T>,
+        residual: &mut CudaViewMut<T>,
+        weight: &CudaView<T>,
+        eps: f32,
+        how: Select,
+    ) -> Result<Algo> {
+        let what = "all_reduce_add_rmsnorm_in_place";
+        let _turn = self.turn(what)?;
+        let norm = self.norm_args(what, buffer.len(), residual, weight, eps, buffer.len())?;
+        self.same_device(buffer.stream().context(), "buffer")?;
+        let bytes = byte_len::<T>(buffer.len());
+        let stream = self.res.stream.clone();
+        let (weight, _reading_weight) = weight.device_ptr(&stream);
+        let (residual, _writing_residual) = residual.device_ptr_mut(&stream);
+        let (ptr, _writing) = buffer.device_ptr_mut(&stream);
+        let request = Request::new(Collective::AllReduceAddRmsNorm, T::DTYPE, bytes, ptr, ptr);
+        self.run(request.with_norm(norm.at(residual, weight)), how)
+    }
+
+    /// The checks a fused call makes before anything runs: its shape, its
+    /// residual's and weight's device, and that this world has the kernels.
+    fn norm_args<T: Element>(
+        &self,
+        what: &str,
+        input: usize,
+        residual: &CudaViewMut<T>,
+        weight: &CudaView<T>,
+        eps: f32,
+        output: usize,
+    ) -> Result<NormShape> {
+        let rows = rows_of(input, residual.len(), output, weight.len(), eps)
+            .map_err(|why| Error::Mismatch(format!("{what} on rank {}: {why}", self.rank)))?;
+        self.same_device(residual.stream().context(), "residual")?;
+        self.same_device(weight.stream().context(), "weight")?;
+        if self.res.kernels.is_none() {
+            return Err(Error::Unsupported(format!(
+                "{what} on rank {}: this world loaded no kernels (every call runs NCCL), so it \
+                 has no add + RMSNorm kernel",
+                self.rank
+            )));
+        }
+        Ok(NormShape {
+            hidden: rows.hidden as u32,
+            eps,
+        })
+    }
+
     /// Whether a forced `algo` would decline a call of `bytes` (output bytes).
-    /// `None` when it would run. NCCL never declines.
+    /// `None` when it would run. A collective's fallback never declines its
+    /// own collective.
     pub fn would_decline(&self, collective: Collective, algo: Algo, bytes: u64) -> Option<Decline> {
         self.decline(&CallShape::new(collective, algo, self.world_size, bytes))
     }
@@ -229,10 +352,13 @@ impl RankComm {
         self.known_fault()?;
         if request.bytes == 0 {
             // Nothing moves; every rank returns without launching.
-            return Ok(Algo::Nccl);
+            return Ok(request.collective.fallback());
         }
         self.choose(&request, how)
-            .and_then(|algo| self.issue(algo, &request))
+            .and_then(|algo| {
+                self.bound_in_flight()?;
+                self.issue(algo, &request, how)
+            })
             .map_err(|e| self.res.health.fail(e))
     }
 
@@ -249,8 +375,10 @@ impl RankComm {
         Ok(self.policy_choice(request.collective, request.dtype, mode, request.bytes))
     }
 
-    /// Runs `algo` for `request`, or the fallback where it declines.
-    fn issue(&self, algo: Algo, request: &Request) -> Result<Algo> {
+    /// Runs `algo` for `request`, or the collective's fallback where it
+    /// declines. `how` is what the call was issued with: the unfused path
+    /// picks its all-reduce by it.
+    fn issue(&self, algo: Algo, request: &Request, how: Select) -> Result<Algo> {
         let &Request {
             collective,
             dtype,
@@ -258,6 +386,7 @@ impl RankComm {
             placement,
             input,
             output,
+            norm,
         } = request;
         // The call's per-rank size and registry entry, worked out once.
         let shape = CallShape::new(collective, algo, self.world_size, bytes);
@@ -268,19 +397,62 @@ impl RankComm {
             output,
             bytes_per_rank: shape.bytes_per_rank,
             placement,
+            norm,
         };
-        self.bound_in_flight()?;
-        match self.decline(&shape) {
-            None => match algo.kind() {
-                AlgoKind::Kernel => self.launch_custom(algo, &call).map(|()| algo),
-                AlgoKind::Window => self.run_on_window(&call).map(|()| algo),
-                AlgoKind::Library => self.run_fallback(&call).map(|()| Algo::Nccl),
-            },
+        let runs = match self.decline(&shape) {
+            None => algo,
             Some(reason) => {
                 self.log_decline(collective, algo, dtype, bytes, reason);
-                self.run_fallback(&call).map(|()| Algo::Nccl)
+                collective.fallback()
             }
+        };
+        match runs.kind() {
+            AlgoKind::Kernel => self.launch_custom(runs, &call).map(|()| runs),
+            AlgoKind::Window => self.run_on_window(&call).map(|()| runs),
+            AlgoKind::Library => self.run_fallback(&call).map(|()| Algo::Nccl),
+            AlgoKind::Composite => self.run_unfused(request, how).map(|()| runs),
         }
+    }
+
+    /// The fused collective's unfused path: the all-reduce of `request`'s
+    /// input into its output, picked by the all-reduce tables of the mode
+    /// `how` says (the capture status where it forces an algorithm, which is
+    /// the fused call's), declining as any all-reduce; then the add + RMSNorm
+    /// kernel on the sums, in place on the output.
+    fn run_unfused(&self, request: &Request, how: Select) -> Result<()> {
+        let Some(norm) = request.norm else {
+            return Err(Error::Unsupported(format!(
+                "the unfused path runs all_reduce_add_rmsnorm only, not {}",
+                request.collective.name()
+            )));
+        };
+        let sum = Request {
+            collective: Collective::AllReduce,
+            norm: None,
+            ..*request
+        };
+        let how = match how {
+            Select::Force(_) => Select::Auto,
+            chosen => chosen,
+        };
+        let all_reduce = self.choose(&sum, how)?;
+        self.issue(all_reduce, &sum, how)?;
+        let call = Call {
+            collective: request.collective,
+            dtype: request.dtype,
+            input: request.output,
+            output: request.output,
+            bytes_per_rank: request.bytes,
+            placement: request.placement,
+            norm: Some(norm),
+        };
+        algorithms::launch_add_rmsnorm(
+            self.kernels()?,
+            &self.res.stream,
+            self.shape,
+            &self.base_args,
+            &call,
+        )
     }
 
     /// Before a call is queued: at most `drain::EAGER_IN_FLIGHT` of this
@@ -347,6 +519,10 @@ impl RankComm {
                     Collective::AllGather => {
                         nccl.all_gather(call.input, call.output, count, call.dtype, stream)
                     }
+                    // The decline rule never sends it here (NCCL has no such call).
+                    Collective::AllReduceAddRmsNorm => Err(Error::Unsupported(
+                        "NCCL has no all_reduce_add_rmsnorm".into(),
+                    )),
                 }
             }
             (Fallback::LoopbackReference, _) => algorithms::launch(
@@ -382,14 +558,34 @@ impl RankComm {
             .get_or_insert_with(HashSet::new)
             .insert((collective, algo, reason))
         {
+            let instead = match collective.fallback() {
+                Algo::Nccl => self.res.shared.fallback.describe(),
+                fallback => fallback.name(),
+            };
             log::info!(
-                "colltune: {} declined {} of {bytes} bytes of {} ({reason}); running {} instead \
-                 (logged once per kind)",
+                "colltune: {} declined {} of {bytes} bytes of {} ({reason}); running {instead} \
+                 instead (logged once per kind)",
                 algo.name(),
                 collective.name(),
                 dtype.name(),
-                self.res.shared.fallback.describe()
             );
+        }
+    }
+}
+
+/// A fused call's row and epsilon, checked.
+struct NormShape {
+    hidden: u32,
+    eps: f32,
+}
+
+impl NormShape {
+    fn at(&self, residual: u64, weight: u64) -> RowNorm {
+        RowNorm {
+            residual,
+            weight,
+            hidden: self.hidden,
+            eps: self.eps,
         }
     }
 }
@@ -404,6 +600,8 @@ struct Request {
     placement: Placement,
     input: u64,
     output: u64,
+    /// The fused collective's other tensors (`None` for the others).
+    norm: Option<RowNorm>,
 }
 
 impl Request {
@@ -416,12 +614,21 @@ impl Request {
             placement: Placement::Anywhere,
             input,
             output,
+            norm: None,
         }
     }
 
     /// The same call placed `placement`.
     fn placed(self, placement: Placement) -> Request {
         Request { placement, ..self }
+    }
+
+    /// The same call with the fused collective's other tensors.
+    fn with_norm(self, norm: RowNorm) -> Request {
+        Request {
+            norm: Some(norm),
+            ..self
+        }
     }
 }
 

@@ -296,6 +296,7 @@ mod tests {
             collective: Collective::AllReduce,
             dtype,
             bytes_per_rank: 4096,
+            hidden: 0,
         };
         let fault = DeviceFault::Mismatch {
             site: site(WaitPhase::Handshake),

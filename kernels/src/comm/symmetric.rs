@@ -175,7 +175,7 @@ fn route(
         Placement::Anywhere => Route::Staged {
             base: staging,
             slot: match collective {
-                Collective::AllReduce => staging,
+                Collective::AllReduce | Collective::AllReduceAddRmsNorm => staging,
                 Collective::AllGather => staging + rank as u64 * share,
             },
         },
@@ -208,6 +208,10 @@ impl RankComm {
         let run = |send: u64, recv: u64| match call.collective {
             Collective::AllReduce => nccl.all_reduce(send, recv, count, call.dtype, stream),
             Collective::AllGather => nccl.all_gather(send, recv, count, call.dtype, stream),
+            // The decline rule never sends it here (NCCL has no such call).
+            Collective::AllReduceAddRmsNorm => Err(Error::Unsupported(
+                "NCCL on a window has no all_reduce_add_rmsnorm".into(),
+            )),
         };
         match route(
             call.placement,
@@ -526,7 +530,7 @@ mod tests {
                 };
                 assert_eq!(at, base);
                 let expected = match collective {
-                    Collective::AllReduce => 0,
+                    Collective::AllReduce | Collective::AllReduceAddRmsNorm => 0,
                     Collective::AllGather => rank as u64 * share,
                 };
                 assert_eq!(slot - base, expected, "{collective:?} rank {rank}");

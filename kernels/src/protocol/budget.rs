@@ -370,10 +370,7 @@ mod tests {
                 if cap == 0 {
                     continue;
                 }
-                let step = match collective {
-                    Collective::AllReduce => 16,
-                    Collective::AllGather => 16 * w as u64,
-                };
+                let step = collective.output_size(w as u64, 16);
                 let largest = cap / step * step;
                 if largest > 0 {
                     let call = CallShape::new(collective, algo, w, largest);

@@ -186,10 +186,7 @@ mod tests {
                     // test capacities do not know, such as one just added).
                     continue;
                 }
-                let step = match collective {
-                    AllReduce => PACK_BYTES,
-                    AllGather => PACK_BYTES * world as u64,
-                };
+                let step = collective.output_size(world as u64, PACK_BYTES);
                 let largest = cap.max_bytes - cap.max_bytes % step;
                 for bytes in [step, largest / 2 - (largest / 2) % step, largest] {
                     let call = CallShape::new(collective, algo, world, bytes);

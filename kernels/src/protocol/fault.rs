@@ -170,6 +170,7 @@ mod tests {
             collective: Collective::AllReduce,
             dtype: DType::Bf16,
             bytes_per_rank,
+            hidden: 0,
         };
         let fault = DeviceFault::decode(FaultWords {
             error: FAULT_MISMATCH | (1 << 8) | (3 << 16),

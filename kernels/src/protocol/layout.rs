@@ -51,10 +51,11 @@ impl Capacities {
         Capacities { by_pair }
     }
 
-    /// The capacity of `algo` for `collective`; NCCL takes anything, and an
-    /// algorithm that does not implement the collective takes nothing.
+    /// The capacity of `algo` for `collective`; a collective's fallback (NCCL,
+    /// the unfused composite) takes anything, and an algorithm that does not
+    /// implement the collective takes nothing.
     pub fn of(&self, collective: Collective, algo: Algo) -> Capacity {
-        if algo == Algo::Nccl {
+        if !algo.is_custom() {
             return Capacity {
                 max_bytes: u64::MAX,
                 align: 1,

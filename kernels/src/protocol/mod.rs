@@ -18,6 +18,7 @@ pub mod launch;
 pub mod layout;
 pub mod reach;
 pub mod registry;
+pub mod rows;
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod sequence;
 pub mod signature;

@@ -66,11 +66,12 @@ impl Kernel {
         format!("CT_KERNEL_{}", self.name().to_ascii_uppercase())
     }
 
-    /// Whether it has kernels for `collective`.
+    /// Whether it has kernels for `collective`. The reference stands in for
+    /// NCCL, so it has NCCL's: all-reduce and all-gather.
     pub fn serves(self, collective: Collective) -> bool {
         match self {
             Kernel::Algo(algo) => algo.implements(collective),
-            Kernel::Reference => true,
+            Kernel::Reference => Algo::Nccl.implements(collective),
         }
     }
 
@@ -254,6 +255,10 @@ mod tests {
         assert!(!Kernel::Algo(Algo::TwoShotPull).serves(Collective::AllGather));
         assert!(!Kernel::Algo(Algo::TwoShotPush).serves(Collective::AllGather));
         assert!(Kernel::Reference.serves(Collective::AllGather));
+        assert!(!Kernel::Reference.serves(Collective::AllReduceAddRmsNorm));
+        assert!(Kernel::Algo(Algo::OneShotPush).serves(Collective::AllReduceAddRmsNorm));
+        assert!(Kernel::Algo(Algo::TwoShotPush).serves(Collective::AllReduceAddRmsNorm));
+        assert!(!Kernel::Algo(Algo::OneShotPull).serves(Collective::AllReduceAddRmsNorm));
         assert_eq!(Kernel::Algo(Algo::TwoShotPull).describe(), "two_shot_pull");
         assert_eq!(
             Kernel::Reference.describe(),

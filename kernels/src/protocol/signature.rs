@@ -7,13 +7,17 @@
 //!
 //! | bits  | field |
 //! |-------|-------|
-//! | 0..38  | bytes each rank contributes (all-gather: one share), modulo 2^38 |
-//! | 38..46 | a window call's window index, modulo 256 ([`Placement`]; 0 otherwise) |
-//! | 46     | a window call ([`Placement::Window`]) |
-//! | 47     | collective (0 all-reduce, 1 all-gather) |
+//! | 0..37  | bytes each rank contributes (all-gather: one share), modulo 2^37; for the fused all-reduce + add + RMSNorm its shape instead: tokens modulo 2^26 (bits 0..26) and hidden / 8 - 1 (bits 26..37) |
+//! | 37..45 | a window call's window index, modulo 256 ([`Placement`]; 0 otherwise) |
+//! | 45     | a window call ([`Placement::Window`]) |
+//! | 46..48 | collective (0 all-reduce, 1 all-gather, 2 all-reduce + add + RMSNorm) |
 //! | 48..50 | dtype (0 bf16, 1 f16, 2 f32) |
 //! | 50..55 | kernel id ([`Kernel::id`]) |
 //! | 55     | [`VALID`]: always set, so no signature is 0 (an empty mailbox) |
+//!
+//! A fused call carries its hidden size, so that ranks whose calls move the
+//! same bytes as different rows (2 tokens of 4096, 4 of 2048) fail the
+//! handshake instead of normalising different rows.
 //!
 //! The top byte of a mailbox word holds the call count and is not part of the
 //! signature ([`MASK`]).
@@ -33,14 +37,20 @@ use crate::vocab::{Collective, DType};
 pub const VALID: u64 = 1 << 55;
 /// The bits of a mailbox word that are the signature.
 pub const MASK: u64 = (1 << 56) - 1;
-/// Bytes are exact below this (256 GiB per rank).
-pub const BYTES_LIMIT: u64 = 1 << 38;
+/// Bytes are exact below this (128 GiB per rank).
+pub const BYTES_LIMIT: u64 = 1 << 37;
+/// A fused call's tokens are exact below this.
+pub const TOKENS_LIMIT: u64 = 1 << TOKENS_BITS;
 
-const WINDOW_INDEX_SHIFT: u32 = 38;
+const TOKENS_BITS: u32 = 26;
+/// Where a fused call's hidden size (in units of 8 elements, less one) starts.
+const HIDDEN_SHIFT: u32 = TOKENS_BITS;
+const HIDDEN_MASK: u64 = (1 << 11) - 1;
+const WINDOW_INDEX_SHIFT: u32 = 37;
 /// The window index's bits.
 const WINDOW_INDEX_MASK: u64 = 0xff;
-const WINDOW_CALL: u64 = 1 << 46;
-const COLLECTIVE_SHIFT: u32 = 47;
+const WINDOW_CALL: u64 = 1 << 45;
+const COLLECTIVE_SHIFT: u32 = 46;
 const DTYPE_SHIFT: u32 = 48;
 const KERNEL_SHIFT: u32 = 50;
 /// The kernel id's bits (registry tests check every id fits).
@@ -52,8 +62,12 @@ pub struct CallSignature {
     pub kernel: Kernel,
     pub collective: Collective,
     pub dtype: DType,
-    /// Bytes each rank contributes, modulo [`BYTES_LIMIT`].
+    /// Bytes each rank contributes, modulo [`BYTES_LIMIT`] (for the fused
+    /// collective: tokens modulo [`TOKENS_LIMIT`], times `hidden` elements).
     pub bytes_per_rank: u64,
+    /// Elements of a row of the fused collective (a multiple of 8 in
+    /// `8..=16384`); 0 for the others.
+    pub hidden: u32,
 }
 
 /// Where a call's tensors lie, as far as its identity goes: the bits of a
@@ -113,6 +127,7 @@ const fn collective_code(collective: Collective) -> u64 {
     match collective {
         Collective::AllReduce => 0,
         Collective::AllGather => 1,
+        Collective::AllReduceAddRmsNorm => 2,
     }
 }
 
@@ -124,7 +139,24 @@ impl CallSignature {
             | (self.kernel.id() as u64 & KERNEL_MASK) << KERNEL_SHIFT
             | dtype_code(self.dtype) << DTYPE_SHIFT
             | collective_code(self.collective) << COLLECTIVE_SHIFT
-            | (self.bytes_per_rank % BYTES_LIMIT)
+            | self.size_bits()
+    }
+
+    /// The low bits: the bytes, or a fused call's tokens and hidden size.
+    const fn size_bits(&self) -> u64 {
+        match self.collective {
+            Collective::AllReduce | Collective::AllGather => self.bytes_per_rank % BYTES_LIMIT,
+            Collective::AllReduceAddRmsNorm => {
+                let hidden = self.hidden as u64;
+                let row = if hidden == 0 {
+                    1
+                } else {
+                    hidden * self.dtype.size_bytes()
+                };
+                let tokens = self.bytes_per_rank / row % TOKENS_LIMIT;
+                ((hidden / 8).wrapping_sub(1) & HIDDEN_MASK) << HIDDEN_SHIFT | tokens
+            }
+        }
     }
 
     /// The call a signature describes, whatever its [`Placement`]; `None`
@@ -140,31 +172,54 @@ impl CallSignature {
             2 => DType::F32,
             _ => return None,
         };
-        let collective = if (sig >> COLLECTIVE_SHIFT) & 1 == 0 {
-            Collective::AllReduce
-        } else {
-            Collective::AllGather
+        let collective = match (sig >> COLLECTIVE_SHIFT) & 3 {
+            0 => Collective::AllReduce,
+            1 => Collective::AllGather,
+            2 => Collective::AllReduceAddRmsNorm,
+            _ => return None,
+        };
+        let size = sig & (BYTES_LIMIT - 1);
+        let (bytes_per_rank, hidden) = match collective {
+            Collective::AllReduceAddRmsNorm => {
+                let hidden = ((size >> HIDDEN_SHIFT & HIDDEN_MASK) + 1) * 8;
+                let tokens = size & (TOKENS_LIMIT - 1);
+                (tokens * hidden * dtype.size_bytes(), hidden as u32)
+            }
+            Collective::AllReduce | Collective::AllGather => (size, 0),
         };
         Some(CallSignature {
             kernel,
             collective,
             dtype,
-            bytes_per_rank: sig & (BYTES_LIMIT - 1),
+            bytes_per_rank,
+            hidden,
         })
     }
 }
 
 impl fmt::Display for CallSignature {
-    /// "one_shot_push all_reduce of 4096 bytes per rank in bf16".
+    /// "one_shot_push all_reduce of 4096 bytes per rank in bf16", or
+    /// "one_shot_push all_reduce_add_rmsnorm of 2 tokens x 4096 in bf16".
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {} of {} bytes per rank in {}",
-            self.kernel.describe(),
-            self.collective.name(),
-            self.bytes_per_rank,
-            self.dtype.name()
-        )
+        let (kernel, collective) = (self.kernel.describe(), self.collective.name());
+        match self.collective {
+            Collective::AllReduceAddRmsNorm => {
+                let row = (self.hidden as u64 * self.dtype.size_bytes()).max(1);
+                write!(
+                    f,
+                    "{kernel} {collective} of {} tokens x {} in {}",
+                    self.bytes_per_rank / row,
+                    self.hidden,
+                    self.dtype.name()
+                )
+            }
+            Collective::AllReduce | Collective::AllGather => write!(
+                f,
+                "{kernel} {collective} of {} bytes per rank in {}",
+                self.bytes_per_rank,
+                self.dtype.name()
+            ),
+        }
     }
 }
 
@@ -185,20 +240,59 @@ mod tests {
     fn every_call() -> Vec<CallSignature> {
         let mut calls = Vec::new();
         for kernel in Kernel::all() {
-            for collective in Collective::ALL {
-                for dtype in DType::ALL {
-                    for bytes_per_rank in [16, 4096, 8192, (1 << 37) + 48, BYTES_LIMIT - 16] {
+            for dtype in DType::ALL {
+                for collective in [Collective::AllReduce, Collective::AllGather] {
+                    for bytes_per_rank in [16, 4096, 8192, (1 << 36) + 48, BYTES_LIMIT - 16] {
                         calls.push(CallSignature {
                             kernel,
                             collective,
                             dtype,
                             bytes_per_rank,
+                            hidden: 0,
+                        });
+                    }
+                }
+                for hidden in [64, 72, 2048, 4096, 16384] {
+                    for tokens in [1, 2, 64, TOKENS_LIMIT - 1] {
+                        calls.push(CallSignature {
+                            kernel,
+                            collective: Collective::AllReduceAddRmsNorm,
+                            dtype,
+                            bytes_per_rank: tokens * hidden as u64 * dtype.size_bytes(),
+                            hidden,
                         });
                     }
                 }
             }
         }
         calls
+    }
+
+    #[test]
+    fn fused_calls_of_the_same_bytes_in_other_rows_differ() {
+        let fused = |tokens: u64, hidden: u32| CallSignature {
+            kernel: Kernel::Algo(Algo::OneShotPush),
+            collective: Collective::AllReduceAddRmsNorm,
+            dtype: DType::Bf16,
+            bytes_per_rank: tokens * hidden as u64 * 2,
+            hidden,
+        };
+        assert_ne!(fused(2, 4096).encode(), fused(4, 2048).encode());
+        let plain = CallSignature {
+            collective: Collective::AllReduce,
+            hidden: 0,
+            ..fused(2, 4096)
+        };
+        assert_ne!(fused(2, 4096).encode(), plain.encode());
+        assert_eq!(
+            fused(2, 4096).to_string(),
+            "one_shot_push all_reduce_add_rmsnorm of 2 tokens x 4096 in bf16"
+        );
+        // Collective code 3 is none.
+        assert_eq!(
+            CallSignature::decode(VALID | 1 << KERNEL_SHIFT | 3 << COLLECTIVE_SHIFT),
+            None
+        );
     }
 
     #[test]
@@ -227,6 +321,7 @@ mod tests {
             collective: Collective::AllReduce,
             dtype,
             bytes_per_rank,
+            hidden: 0,
         };
         assert_ne!(
             call(4096, DType::Bf16).encode(),
@@ -293,6 +388,7 @@ mod tests {
             collective: Collective::AllGather,
             dtype: DType::F32,
             bytes_per_rank: 4096,
+            hidden: 0,
         };
         assert_eq!(
             describe(call.encode() | Placement::Window(3).bits()),

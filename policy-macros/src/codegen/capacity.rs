@@ -24,7 +24,8 @@ pub fn capacity_fn(files: &[&ParsedFile]) -> TokenStream {
         /// How large a message `algo` takes for `collective` on `(arch, link)`, and
         /// its alignment: what the platform file chosen by [`table_arch`] declares,
         /// else [`default_capacity`](::policy::default_capacity). `kernels` sizes its
-        /// buffers from this; sizes it does not accept run on NCCL.
+        /// buffers from this; sizes it does not accept run on the collective's
+        /// fallback (NCCL; the unfused path of the fused all-reduce + add + RMSNorm).
         #[must_use]
         #[inline]
         pub const fn capacity(

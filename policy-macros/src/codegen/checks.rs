@@ -145,39 +145,50 @@ fn assertion_checks(out: &mut Vec<TokenStream>, file: &ParsedFile) {
     }
 }
 
-/// World size 1 never has a table (validation requires ≥ 2), so it must select NCCL.
+/// World size 1 never has a table (validation requires ≥ 2), so every
+/// collective must select its fallback there.
 fn no_table_check(file: &ParsedFile) -> TokenStream {
     let p = &file.document.platform;
-    let q = Query::new(
-        Collective::AllReduce,
-        p.arch,
-        p.link,
-        1,
-        DType::Bf16,
-        Mode::Graph,
-        16,
-    );
-    check(
-        selects(q, Algo::Nccl),
-        file,
-        file.positions.platform,
-        "a query with no table (world_size 1) must select nccl".to_string(),
-    )
+    let checks = Collective::ALL.map(|collective| {
+        let q = Query::new(collective, p.arch, p.link, 1, DType::Bf16, Mode::Graph, 16);
+        let fallback = collective.fallback();
+        check(
+            selects(q, fallback),
+            file,
+            file.positions.platform,
+            format!(
+                "{} with no table (world_size 1) must select {}",
+                collective.name(),
+                fallback.name()
+            ),
+        )
+    });
+    quote!(#(#checks)*)
 }
 
-/// `sm00` can have no file (arch names have no leading zero), so it must select NCCL.
+/// `sm00` can have no file (arch names have no leading zero), so every
+/// collective must select its fallback there.
 fn unknown_arch_check() -> TokenStream {
-    let q = Query::new(
-        Collective::AllReduce,
-        Arch::from_compute_capability(0, 0),
-        Link::NvLink,
-        8,
-        DType::Bf16,
-        Mode::Graph,
-        16,
-    );
-    let condition = selects(q, Algo::Nccl);
-    quote! {
-        const _: () = ::core::assert!(#condition, "an architecture with no file must select nccl");
-    }
+    let checks = Collective::ALL.map(|collective| {
+        let q = Query::new(
+            collective,
+            Arch::from_compute_capability(0, 0),
+            Link::NvLink,
+            8,
+            DType::Bf16,
+            Mode::Graph,
+            16,
+        );
+        let fallback = collective.fallback();
+        let condition = selects(q, fallback);
+        let message = format!(
+            "an architecture with no file must select {} for {}",
+            fallback.name(),
+            collective.name()
+        );
+        quote! {
+            const _: () = ::core::assert!(#condition, #message);
+        }
+    });
+    quote!(#(#checks)*)
 }

@@ -5,7 +5,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 use tuned_schema::parse::ParsedFile;
-use tuned_schema::{Algo, Band, Collective, DType, Link, Mode, Table, TableKey};
+use tuned_schema::{Band, Collective, DType, Link, Mode, Table, TableKey};
 
 use super::tokens;
 
@@ -20,7 +20,9 @@ pub struct Layout<'f> {
     pub world_sizes: Vec<u32>,
     /// One more than the largest of them: the first size that needs no lookup.
     pub ws_limit: usize,
-    /// Distinct band lists; index 0 is `[{ algo = "nccl" }]`.
+    /// Distinct band lists; the first ones are each collective's fallback
+    /// alone (`[{ algo = "nccl" }]`, `[{ algo = "unfused" }]`): what a query
+    /// with no table selects ([`Layout::fallback_set`]).
     pub band_sets: Vec<Vec<Band>>,
     /// Bounded bands of the longest set (at least 1, so arrays are never empty).
     pub edge_count: usize,
@@ -42,13 +44,16 @@ impl<'f> Layout<'f> {
         world_sizes.sort_unstable();
         world_sizes.dedup();
         let ws_limit = world_sizes.last().map_or(0, |&w| w as usize + 1);
-        let mut band_sets = vec![vec![Band {
-            max: None,
-            algo: Algo::Nccl,
-        }]];
-        for (_, table) in tables(files) {
-            if !band_sets.contains(&table.bands) {
-                band_sets.push(table.bands.clone());
+        let fallbacks = Collective::ALL.map(|c| {
+            vec![Band {
+                max: None,
+                algo: c.fallback(),
+            }]
+        });
+        let mut band_sets: Vec<Vec<Band>> = Vec::new();
+        for bands in fallbacks.iter().chain(tables(files).map(|(_, t)| &t.bands)) {
+            if !band_sets.contains(bands) {
+                band_sets.push(bands.clone());
             }
         }
         let edge_count = band_sets
@@ -146,8 +151,28 @@ impl<'f> Layout<'f> {
         quote!([#(#cells),*])
     }
 
+    /// The band set a query of `collective` with no table selects from: its
+    /// fallback alone.
+    fn fallback_set(&self, collective: Collective) -> usize {
+        let alone = [Band {
+            max: None,
+            algo: collective.fallback(),
+        }];
+        self.band_sets
+            .iter()
+            .position(|set| set[..] == alone)
+            .expect("every fallback has a band set of its own")
+    }
+
     pub fn table_tokens(&self) -> TokenStream {
-        let mut cells = vec![0usize; self.table_len()];
+        // Every cell without a table (no file, no table for the world size
+        // or the key) selects its collective's fallback.
+        let mut cells: Vec<usize> = (0..self.table_len())
+            .map(|index| {
+                let collective = index % self.platform_stride() / self.collective_stride();
+                self.fallback_set(Collective::ALL[collective])
+            })
+            .collect();
         for (slot, table) in tables(self.files) {
             let world = self
                 .world_sizes
@@ -159,7 +184,7 @@ impl<'f> Layout<'f> {
                 .band_sets
                 .iter()
                 .position(|set| *set == table.bands)
-                .unwrap_or(0);
+                .expect("every table's bands are a band set");
         }
         let cells = cells.into_iter().map(index_lit);
         quote!([#(#cells),*])
@@ -172,7 +197,7 @@ impl<'f> Layout<'f> {
                 .chain(std::iter::repeat(u64::MAX))
                 .take(self.edge_count)
                 .map(tokens::u64_lit);
-            let last = set.last().map_or(Algo::Nccl, |b| b.algo);
+            let last = set.last().expect("band sets are never empty").algo;
             let algos = set
                 .iter()
                 .map(|b| b.algo)

@@ -55,7 +55,8 @@ pub fn table_arch_fn(files: &[&ParsedFile]) -> TokenStream {
         /// The architecture whose file answers queries for `(arch, link)`: the file
         /// with exactly that arch and link, else the one with the same link and major
         /// compute capability and the highest minor not above `arch`'s, else `None`
-        /// (and then every query selects NCCL).
+        /// (and then every query selects its collective's fallback: NCCL, or the
+        /// unfused path of the fused all-reduce + add + RMSNorm).
         #[must_use]
         #[inline]
         pub const fn table_arch(
@@ -99,12 +100,15 @@ pub fn select_fn(files: &[&ParsedFile]) -> TokenStream {
     });
     quote! {
         /// The algorithm that runs `q`: the band of `q`'s table that contains
-        /// `q.bytes`, or NCCL when there is no table (see [`table_arch`]).
+        /// `q.bytes`, or the collective's fallback
+        /// ([`Collective::fallback`](::policy::Collective::fallback)) when there is
+        /// no table (see [`table_arch`]).
         #[must_use]
         #[inline]
         pub const fn select(q: ::policy::Query) -> ::policy::Algo {
             // TABLE is indexed [platform][collective][world size][dtype][mode] and
-            // holds a band set; set 0 is NCCL only. The two lookups below give the
+            // holds a band set; the first sets are each collective's fallback
+            // alone, where there is no table. The two lookups below give the
             // platform's and the world size's offsets into it, pre-multiplied.
             //
             // [link][major][minor] → offset of the platform file; the last platform

@@ -94,11 +94,13 @@ fn table_arch_maps_minor_ranges_to_the_highest_file_not_above() {
 #[test]
 fn tables_with_identical_bands_share_one_band_set() {
     let code = normalized(generate(&[file("sm90", "nvlink", &["bf16", "f16", "f32"])]));
-    // Set 0 is NCCL-only (the all-gather table uses it); the three all-reduce
-    // tables share set 1, padded to one edge and two algorithms.
+    // Set 0 is NCCL-only (the all-gather table uses it) and set 1 the unfused
+    // path alone (the fused collective's fallback); the three all-reduce
+    // tables share set 2, padded to one edge and two algorithms.
     let bands = normalized(quote! {
-        const BANDS: [([u64; 1], [::policy::Algo; 2]); 2] = [
+        const BANDS: [([u64; 1], [::policy::Algo; 2]); 3] = [
             ([18446744073709551615], [::policy::Algo::Nccl, ::policy::Algo::Nccl]),
+            ([18446744073709551615], [::policy::Algo::Unfused, ::policy::Algo::Unfused]),
             ([65536], [::policy::Algo::OneShotPush, ::policy::Algo::Nccl])
         ];
     });
@@ -114,14 +116,19 @@ fn select_arrays_map_each_key_to_its_band_set() {
         const WORLD_OFFSET: [u32; 10] = [6, 6, 6, 6, 6, 6, 6, 6, 0, 6];
     ));
     assert_has(&code, &world);
-    // [platform 2][collective 2][world 2][dtype 3][mode 2]: only
-    // (sm90, all_reduce, 8, f16, graph), index 2, uses set 1.
-    let mut cells = vec![0usize; 2 * 2 * 2 * 3 * 2];
-    cells[2] = 1; // platform 0, all_reduce 0, world slot 0: f16 (1) × 2 modes + graph (0)
+    // [platform 2][collective 3][world 2][dtype 3][mode 2]: only
+    // (sm90, all_reduce, 8, f16, graph), index 2, uses set 2; every other
+    // cell its collective's fallback, set 0 (NCCL) but for the fused
+    // collective's, set 1 (unfused).
+    let per_collective = 2 * 3 * 2;
+    let mut cells: Vec<usize> = (0..2 * 3 * per_collective)
+        .map(|i| usize::from(i % (3 * per_collective) / per_collective == 2))
+        .collect();
+    cells[2] = 2; // platform 0, all_reduce 0, world slot 0: f16 (1) × 2 modes + graph (0)
     let cells = cells
         .into_iter()
         .map(proc_macro2::Literal::usize_unsuffixed);
-    let table = normalized(quote!(const TABLE: [u16; 48] = [#(#cells),*];));
+    let table = normalized(quote!(const TABLE: [u16; 72] = [#(#cells),*];));
     assert_has(&code, &table);
 }
 
@@ -158,8 +165,10 @@ fn band_edges_are_checked_at_compile_time_with_their_position() {
         "tuned/sm90-nvlink.toml:20:11: 65537 bytes must select nccl",
         "tuned/sm90-nvlink.toml:20:11: 65536 bytes must fit the capacity and alignment of one_shot_push",
         "tuned/sm90-nvlink.toml:14:1: 0 bytes must select the first band, one_shot_push",
-        "tuned/sm90-nvlink.toml:2:1: a query with no table (world_size 1) must select nccl",
-        "an architecture with no file must select nccl",
+        "tuned/sm90-nvlink.toml:2:1: all_reduce with no table (world_size 1) must select nccl",
+        "tuned/sm90-nvlink.toml:2:1: all_reduce_add_rmsnorm with no table (world_size 1) must select unfused",
+        "an architecture with no file must select nccl for all_gather",
+        "an architecture with no file must select unfused for all_reduce_add_rmsnorm",
     ] {
         assert_has(&code, &format!("\"{what}\""));
     }

@@ -1,6 +1,8 @@
-//! When an algorithm other than plain NCCL refuses a call, which then runs on
-//! NCCL (or, in a loopback world, on the reference collective): the rule
-//! `kernels` applies to every call and `tuner explain` to a query.
+//! When an algorithm other than a collective's fallback refuses a call, which
+//! then runs on the fallback (NCCL, or in a loopback world the reference
+//! collective; for the fused all-reduce + add + RMSNorm the unfused path,
+//! [`Collective::fallback`]): the rule `kernels` applies to every call and
+//! `tuner explain` to a query.
 //!
 //! Every input of the rule is the same on every rank of a world (collective,
 //! algorithm, world size, message size, the platform's capacities, what the
@@ -97,17 +99,18 @@ pub trait Offer {
     fn buffers_hold(&self, call: &CallShape) -> bool;
 }
 
-/// `None` if `call.algo` takes the call, else why not. Plain NCCL never
-/// declines. Empty messages never reach this rule (nothing runs).
+/// `None` if `call.algo` takes the call, else why not. A collective's
+/// fallback (plain NCCL, the unfused composite) never declines a call of its
+/// collective. Empty messages never reach this rule (nothing runs).
 pub fn decline(call: &CallShape, world: &impl Offer) -> Option<Decline> {
-    let kernel = match call.algo.kind() {
-        AlgoKind::Library => return None,
-        AlgoKind::Window => false,
-        AlgoKind::Kernel => true,
-    };
     if !call.algo.implements(call.collective) {
         return Some(Decline::NotImplemented);
     }
+    let kernel = match call.algo.kind() {
+        AlgoKind::Library | AlgoKind::Composite => return None,
+        AlgoKind::Window => false,
+        AlgoKind::Kernel => true,
+    };
     if !kernel {
         // NCCL on the window: the whole output lies in it.
         return over_capacity(call, world)
@@ -226,6 +229,34 @@ mod tests {
     fn nccl_takes_everything() {
         assert_eq!(check(AllReduce, Nccl, 2, 3), None);
         assert_eq!(check(AllGather, Nccl, 8, u64::MAX / 2), None);
+    }
+
+    #[test]
+    fn the_fused_collective_runs_on_the_push_kernels_or_unfused() {
+        let fused = AllReduceAddRmsNorm;
+        assert_eq!(check(fused, Unfused, 8, 3), None);
+        assert_eq!(check(fused, Unfused, 2, u64::MAX / 2), None);
+        for algo in [OneShotPush, TwoShotPush] {
+            assert_eq!(check(fused, algo, 2, 8192), None, "{algo:?}");
+            assert_eq!(check(fused, algo, 8, 8 * MIB), None, "{algo:?}");
+            assert_eq!(
+                check(fused, algo, 8, 8 * MIB + 16),
+                Some(Decline::OverCapacity)
+            );
+        }
+        for algo in [OneShotPull, TwoShotPull, NcclSymmetric] {
+            assert_eq!(
+                check(fused, algo, 2, 8192),
+                Some(Decline::NotImplemented),
+                "{algo:?}"
+            );
+        }
+        // Neither fallback runs the other's collective.
+        assert_eq!(
+            check(AllReduce, Unfused, 2, 8192),
+            Some(Decline::NotImplemented)
+        );
+        assert_eq!(check(fused, Nccl, 2, 8192), Some(Decline::NotImplemented));
     }
 
     #[test]

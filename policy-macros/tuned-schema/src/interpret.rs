@@ -15,7 +15,8 @@
 //! 3. otherwise none.
 //!
 //! No file, or no table in it for `(collective, world_size, dtype, mode)`,
-//! selects NCCL.
+//! selects the collective's fallback ([`Collective::fallback`]: NCCL, or the
+//! unfused path of the fused all-reduce + add + RMSNorm).
 
 use crate::document::{Band, Document, Table};
 use crate::vocab::{Algo, Arch, Capacity, Collective, Link, Query, default_capacity};
@@ -40,13 +41,15 @@ pub fn table_for(docs: &[Document], q: Query) -> Option<&Table> {
         .find(|t| t.key == q.key())
 }
 
-/// The algorithm for `q`: the band of its table that contains `q.bytes`, else NCCL.
+/// The algorithm for `q`: the band of its table that contains `q.bytes`, else
+/// the collective's fallback.
 pub fn select(docs: &[Document], q: Query) -> Algo {
+    let fallback = q.key.collective.fallback();
     match table_for(docs, q) {
         Some(table) => bands_containing(&table.bands, q.bytes)
             .next()
-            .map_or(Algo::Nccl, |band| band.algo),
-        None => Algo::Nccl,
+            .map_or(fallback, |band| band.algo),
+        None => fallback,
     }
 }
 
@@ -201,6 +204,20 @@ mod tests {
         let mut q = query(sm(9, 0), Link::NvLink, 16);
         q.key.world_size = 4;
         assert_eq!(select(&docs, q), Algo::Nccl);
+        // The fused collective has no table here: its fallback, the unfused path.
+        let mut q = query(sm(9, 0), Link::NvLink, 16);
+        q.key.collective = Collective::AllReduceAddRmsNorm;
+        assert_eq!(select(&docs, q), Algo::Unfused);
+        assert_eq!(
+            select(
+                &docs,
+                Query {
+                    link: Link::Pcie,
+                    ..q
+                }
+            ),
+            Algo::Unfused
+        );
     }
 
     #[test]

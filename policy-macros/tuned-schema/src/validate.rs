@@ -128,7 +128,10 @@ fn check_capacities(out: &mut Report<'_>, file: &ParsedFile) {
         if !algo.is_custom() {
             out.error(
                 pos.algo,
-                "[[capacity]] for nccl: NCCL takes any size; capacities are for the custom algorithms",
+                format!(
+                    "[[capacity]] for {}: it takes any size; capacities are for the custom algorithms",
+                    algo.name()
+                ),
             );
         } else if !algo.implements(collective) {
             out.error(pos.algo, does_not_implement(algo, collective));
@@ -225,7 +228,10 @@ fn check_bands(out: &mut Report<'_>, file: &ParsedFile, table: &Table, pos: &Tab
     let Some(last) = table.bands.len().checked_sub(1) else {
         out.error(
             pos.bands_value,
-            "`bands` is empty: every size needs an algorithm; end with an open band such as { algo = \"nccl\" }",
+            format!(
+                "`bands` is empty: every size needs an algorithm; end with an open band such as {{ algo = \"{}\" }}",
+                collective.fallback().name()
+            ),
         );
         return;
     };
@@ -244,8 +250,9 @@ fn check_bands(out: &mut Report<'_>, file: &ParsedFile, table: &Table, pos: &Tab
             Some(max) if i == last => out.error(
                 max_pos,
                 format!(
-                    "gap: the last band ends at max = {}, so larger sizes have no algorithm; end with an open band such as {{ algo = \"nccl\" }}",
-                    format_size(max)
+                    "gap: the last band ends at max = {}, so larger sizes have no algorithm; end with an open band such as {{ algo = \"{}\" }}",
+                    format_size(max),
+                    collective.fallback().name()
                 ),
             ),
             _ => {}
@@ -305,11 +312,12 @@ fn check_band_capacity(
         out.error(
             algo_pos,
             format!(
-                "over capacity: the open last band uses {}, which takes at most {} ({} capacity declared at {}); the open band must be nccl",
+                "over capacity: the open last band uses {}, which takes at most {} ({} capacity declared at {}); the open band must be {}",
                 algo.name(),
                 format_size(cap.max_bytes),
                 collective.name(),
-                declared_at
+                declared_at,
+                collective.fallback().name()
             ),
         );
         return;
@@ -331,12 +339,12 @@ fn check_band_capacity(
         return; // reported with the capacity itself
     }
     let step = match collective {
-        Collective::AllReduce => cap.align,
+        Collective::AllReduce | Collective::AllReduceAddRmsNorm => cap.align,
         Collective::AllGather => cap.align.saturating_mul(u64::from(table.key.world_size)),
     };
     if max % step != 0 {
         let why = match collective {
-            Collective::AllReduce => format!(
+            Collective::AllReduce | Collective::AllReduceAddRmsNorm => format!(
                 "the alignment of {} (declared at {declared_at})",
                 algo.name()
             ),

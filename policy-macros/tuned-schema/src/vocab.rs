@@ -14,17 +14,40 @@ pub enum Collective {
     AllReduce,
     /// Every rank ends with all ranks' inputs concatenated in rank order.
     AllGather,
+    /// The all-reduce a row-parallel projection ends with, fused with the
+    /// residual add and the RMSNorm that follow it in a decoder: every rank
+    /// holds `tokens × hidden` partial sums, a residual and the norm's weight,
+    /// and ends with the new residual `Σ input + residual` and its RMSNorm
+    /// times the weight. Its size is the per-rank input's (as all-reduce's).
+    AllReduceAddRmsNorm,
 }
 
 impl Collective {
     /// Every collective, in declaration order.
-    pub const ALL: [Collective; 2] = [Collective::AllReduce, Collective::AllGather];
+    pub const ALL: [Collective; 3] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::AllReduceAddRmsNorm,
+    ];
 
     /// The spelling in TOML files, command lines and logs (`all_reduce`).
     pub const fn name(self) -> &'static str {
         match self {
             Collective::AllReduce => "all_reduce",
             Collective::AllGather => "all_gather",
+            Collective::AllReduceAddRmsNorm => "all_reduce_add_rmsnorm",
+        }
+    }
+
+    /// What runs a call no table answers, and every call an algorithm
+    /// declines: plain NCCL for the collectives NCCL has; for
+    /// [`Collective::AllReduceAddRmsNorm`] the unfused path
+    /// ([`Algo::Unfused`]: the all-reduce its own table picks, then an add +
+    /// RMSNorm kernel). It takes any size and never declines.
+    pub const fn fallback(self) -> Algo {
+        match self {
+            Collective::AllReduce | Collective::AllGather => Algo::Nccl,
+            Collective::AllReduceAddRmsNorm => Algo::Unfused,
         }
     }
 
@@ -35,18 +58,20 @@ impl Collective {
     }
 
     /// The algorithms that implement this collective, in [`Algo::ALL`] order
-    /// (NCCL first).
+    /// (its [`fallback`](Collective::fallback) among them).
     pub const fn algos(self) -> &'static [Algo] {
         let (all, n) = match self {
             Collective::AllReduce => &ALL_REDUCE_ALGOS,
             Collective::AllGather => &ALL_GATHER_ALGOS,
+            Collective::AllReduceAddRmsNorm => &FUSED_NORM_ALGOS,
         };
         all.split_at(*n).0
     }
 
     /// The size of a call's output when each of `world_size` ranks contributes
-    /// `per_rank` (bytes or elements): `per_rank` for all-reduce, `world_size ×
-    /// per_rank` for all-gather. The one conversion between the two sizes
+    /// `per_rank` (bytes or elements): `per_rank` for all-reduce (and the fused
+    /// all-reduce + add + RMSNorm, whose every output is as large as its
+    /// input), `world_size × per_rank` for all-gather. The one conversion between the two sizes
     /// ([`Query::bytes`] is an output size); [`Collective::per_rank_size`] is
     /// its inverse.
     pub const fn output_size(self, world_size: u64, per_rank: u64) -> u64 {
@@ -63,7 +88,7 @@ impl Collective {
     /// How many ranks' contributions the output holds side by side.
     const fn shares(self, world_size: u64) -> u64 {
         match self {
-            Collective::AllReduce => 1,
+            Collective::AllReduce | Collective::AllReduceAddRmsNorm => 1,
             Collective::AllGather => world_size,
         }
     }
@@ -234,7 +259,7 @@ impl Mode {
 }
 
 /// Whether an algorithm is a library's collective, the library's collective on
-/// a registered window, or a kernel of this project.
+/// a registered window, a kernel of this project, or other calls composed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AlgoKind {
     /// A library's collective (NCCL): takes any size, never declines.
@@ -245,6 +270,9 @@ pub enum AlgoKind {
     Window,
     /// A custom kernel of `kernels` (one registry entry and one `.cu` file).
     Kernel,
+    /// Other calls in a row, each chosen the way it is on its own: takes any
+    /// size, never declines (the unfused all-reduce + add + RMSNorm).
+    Composite,
 }
 
 /// The algorithms: one line each, the only place an algorithm is named in the
@@ -323,16 +351,18 @@ macro_rules! algorithms {
 const MIB: u64 = 1024 * 1024;
 
 algorithms! {
-    /// NCCL through cudarc: always available, the fallback for every decline.
+    /// NCCL through cudarc: always available, the fallback of every decline
+    /// of the collectives it has.
     Nccl = "nccl" {
         kind: Library,
         collectives: [AllReduce, AllGather],
         capacity: u64::MAX,
     },
-    /// Lamport-style: write into every peer's sentinel-armed buffer, no barrier.
+    /// Lamport-style: write into every peer's sentinel-armed buffer, no barrier
+    /// (fused with add + RMSNorm: every rank sums and normalises every token).
     OneShotPush = "one_shot_push" {
         kind: Kernel,
-        collectives: [AllReduce, AllGather],
+        collectives: [AllReduce, AllGather, AllReduceAddRmsNorm],
         capacity: 8 * MIB,
     },
     /// Copy into a registered buffer, flag barrier, read every peer.
@@ -348,11 +378,12 @@ algorithms! {
         capacity: 64 * MIB,
     },
     /// Reduce-scatter then all-gather by Lamport-style pushes into every peer's
-    /// sentinel-armed buffer, no barrier (all-reduce only; it shares the push
-    /// region with `one_shot_push`).
+    /// sentinel-armed buffer, no barrier (all-reduce only, plain or fused with
+    /// add + RMSNorm, where the gathered sums are normalised on every rank; it
+    /// shares the push region with `one_shot_push`).
     TwoShotPush = "two_shot_push" {
         kind: Kernel,
-        collectives: [AllReduce],
+        collectives: [AllReduce, AllReduceAddRmsNorm],
         capacity: 8 * MIB,
     },
     /// NCCL on a symmetric window (`ncclMemAlloc` + `ncclCommWindowRegister`
@@ -363,6 +394,15 @@ algorithms! {
         kind: Window,
         collectives: [AllReduce, AllGather],
         capacity: 64 * MIB,
+    },
+    /// The fused collective unfused: the all-reduce the all-reduce table picks
+    /// for the size (a custom kernel or NCCL, declining as it does), then
+    /// `kernels`' own add + RMSNorm kernel on the rank's stream. What every
+    /// fused call no table answers or a kernel declines runs.
+    Unfused = "unfused" {
+        kind: Composite,
+        collectives: [AllReduceAddRmsNorm],
+        capacity: u64::MAX,
     },
 }
 
@@ -383,6 +423,8 @@ const fn implementing(collective: Collective) -> ([Algo; Algo::ALL.len()], usize
 
 static ALL_REDUCE_ALGOS: ([Algo; Algo::ALL.len()], usize) = implementing(Collective::AllReduce);
 static ALL_GATHER_ALGOS: ([Algo; Algo::ALL.len()], usize) = implementing(Collective::AllGather);
+static FUSED_NORM_ALGOS: ([Algo; Algo::ALL.len()], usize) =
+    implementing(Collective::AllReduceAddRmsNorm);
 
 impl Algo {
     /// The algorithm spelled `name` ([`Algo::name`]); `None` for any other
@@ -391,11 +433,12 @@ impl Algo {
         Self::ALL.into_iter().find(|a| a.name() == name)
     }
 
-    /// True for every algorithm but plain NCCL: it has a capacity, and a call
-    /// it cannot take (too large, misaligned, a world without what it needs)
-    /// declines to NCCL.
+    /// True for every algorithm but a collective's fallback (plain NCCL, the
+    /// unfused composite): it has a capacity, and a call it cannot take (too
+    /// large, misaligned, a world without what it needs) declines to the
+    /// collective's [`fallback`](Collective::fallback).
     pub const fn is_custom(self) -> bool {
-        !matches!(self.kind(), AlgoKind::Library)
+        !matches!(self.kind(), AlgoKind::Library | AlgoKind::Composite)
     }
 
     /// True for the kernels written in this project (a registry entry and a
@@ -427,7 +470,8 @@ impl Algo {
 /// line in [`Algo`]'s table, aligned to [`DEFAULT_ALIGN`]. A library's
 /// collective takes any size (`max_bytes = u64::MAX`, `align = 1`); an
 /// algorithm that does not implement the collective takes nothing
-/// (`max_bytes = 0`), so `accepts` is false for every size.
+/// (`max_bytes = 0`), so `accepts` is false for every size. A composite
+/// takes any size, as a library's collective does.
 pub const fn default_capacity(collective: Collective, algo: Algo) -> Capacity {
     if !algo.implements(collective) {
         return Capacity {
@@ -436,7 +480,7 @@ pub const fn default_capacity(collective: Collective, algo: Algo) -> Capacity {
         };
     }
     match algo.kind() {
-        AlgoKind::Library => Capacity {
+        AlgoKind::Library | AlgoKind::Composite => Capacity {
             max_bytes: u64::MAX,
             align: 1,
         },
@@ -453,6 +497,17 @@ pub const PACK_BYTES: u64 = 16;
 /// Alignment of every custom algorithm unless a platform file says otherwise:
 /// whole packs.
 pub const DEFAULT_ALIGN: u64 = PACK_BYTES;
+
+/// Fewest elements of a row (the hidden size) of
+/// [`Collective::AllReduceAddRmsNorm`].
+pub const HIDDEN_MIN: usize = 64;
+/// Most elements of a row of [`Collective::AllReduceAddRmsNorm`] (a
+/// kernel's row is in flight in one block).
+pub const HIDDEN_MAX: usize = 16384;
+/// A row of [`Collective::AllReduceAddRmsNorm`] is a multiple of this many
+/// elements, so that it is whole 16-byte packs in every dtype (8 × 2 bytes,
+/// or 2 packs of f32).
+pub const HIDDEN_STEP: usize = 8;
 
 /// How large a message a custom algorithm takes on a platform, and the size
 /// granularity it needs. Sizes outside this are declined and run on NCCL.
@@ -487,7 +542,7 @@ impl Capacity {
         bytes: u64,
     ) -> bool {
         match collective {
-            Collective::AllReduce => self.accepts(bytes),
+            Collective::AllReduce | Collective::AllReduceAddRmsNorm => self.accepts(bytes),
             Collective::AllGather => {
                 let w = world_size as u64;
                 w > 0
@@ -506,7 +561,9 @@ impl Capacity {
 /// One collective call, as the selection tables see it.
 ///
 /// `bytes` is the size of the collective's output in bytes: for all-reduce the
-/// tensor's size, for all-gather the gathered tensor (world size × each rank's input).
+/// tensor's size, for all-gather the gathered tensor (world size × each rank's
+/// input), for the fused all-reduce + add + RMSNorm each rank's input
+/// (tokens × hidden × element size).
 ///
 /// A query is a table key (`collective`, `world_size`, `dtype`, `mode`:
 /// [`Query::key`]), a platform (`arch`, `link`) and a size. The one way to build
@@ -667,6 +724,40 @@ mod tests {
             assert!(!Collective::AllGather.algos().contains(&two_shot));
             assert!(Collective::AllReduce.algos().contains(&two_shot));
         }
+    }
+
+    #[test]
+    fn the_fused_collective_falls_back_to_the_unfused_path() {
+        let fused = Collective::AllReduceAddRmsNorm;
+        assert_eq!(fused.name(), "all_reduce_add_rmsnorm");
+        assert_eq!(
+            fused.algos(),
+            [Algo::OneShotPush, Algo::TwoShotPush, Algo::Unfused]
+        );
+        assert_eq!(fused.fallback(), Algo::Unfused);
+        assert_eq!(Collective::AllReduce.fallback(), Algo::Nccl);
+        assert_eq!(Collective::AllGather.fallback(), Algo::Nccl);
+        for c in Collective::ALL {
+            // A fallback implements its collective, has no capacity and never
+            // declines; NCCL and the unfused path are nobody else's.
+            let fallback = c.fallback();
+            assert!(fallback.implements(c) && !fallback.is_custom(), "{c:?}");
+            assert!(default_capacity(c, fallback).accepts(u64::MAX - 1));
+            for &a in c.algos() {
+                assert_eq!(a.is_custom(), a != fallback, "{c:?} {a:?}");
+            }
+        }
+        assert!(!Algo::Unfused.implements(Collective::AllReduce));
+        assert!(!Algo::Nccl.implements(fused));
+        // Sizes are the per-rank input's, aligned as all-reduce's.
+        assert_eq!(fused.output_size(8, 4096), 4096);
+        assert_eq!(fused.per_rank_size(8, 4096), 4096);
+        let c = Capacity {
+            max_bytes: 1024,
+            align: 16,
+        };
+        assert!(c.accepts_message(fused, 8, 16));
+        assert!(!c.accepts_message(fused, 8, 24));
     }
 
     #[test]

@@ -87,7 +87,7 @@ fn unknown_algorithm() {
     ));
     assert_eq!(
         d.message,
-        "unknown algorithm `ring`; expected one of: nccl, one_shot_push, one_shot_pull, two_shot_pull, two_shot_push, nccl_symmetric"
+        "unknown algorithm `ring`; expected one of: nccl, one_shot_push, one_shot_pull, two_shot_pull, two_shot_push, nccl_symmetric, unfused"
     );
     assert_eq!(at(&d), (21, 27));
     assert_eq!(

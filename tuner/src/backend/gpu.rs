@@ -59,6 +59,8 @@ pub struct GpuBackend {
     windows: bool,
     /// GPU memory per rank the worlds may register (`None`: unbounded).
     memory_budget: Option<u64>,
+    /// Elements of a row of the fused all-reduce + add + RMSNorm's calls.
+    hidden: usize,
 }
 
 /// Why this machine has no GPU to open, in the runtime's words
@@ -137,6 +139,7 @@ impl GpuBackend {
             verify_max_bytes,
             windows,
             memory_budget,
+            hidden: timing::DEFAULT_HIDDEN,
         })
     }
 
@@ -245,14 +248,31 @@ impl Backend for GpuBackend {
                 .map_err(BackendError);
         }
         let seed = stats::seed_for(&format!("verify/{}/{bytes}/{}", key, algo.name()));
+        let hidden = self.hidden;
         let ranks = self.ranks(key.world_size)?;
-        let result = timing::validate(ranks, key.collective, key.dtype, algo, bytes, seed);
+        let result = timing::validate(ranks, key.collective, key.dtype, algo, bytes, hidden, seed);
         if let Err(e) = &result {
             self.forget_world_after(e);
         }
         let outcome = result.map_err(|e| e.to_string());
         self.checked.insert(id, outcome.clone());
         outcome.map(|()| Validated::Yes).map_err(BackendError)
+    }
+
+    fn use_hidden(&mut self, hidden: usize) {
+        if hidden != self.hidden {
+            self.hidden = hidden;
+            // Checked at the other hidden size: those are other calls.
+            self.checked
+                .retain(|(collective, ..), _| *collective != Collective::AllReduceAddRmsNorm);
+        }
+    }
+
+    fn row_bytes(&self, key: TableKey) -> u64 {
+        match key.collective {
+            Collective::AllReduceAddRmsNorm => self.hidden as u64 * key.dtype.size_bytes(),
+            Collective::AllReduce | Collective::AllGather => 1,
+        }
     }
 
     fn measure(
@@ -271,6 +291,7 @@ impl Backend for GpuBackend {
             calls_per_sample: calls_per_sample(bytes),
             samples: reps.samples,
             warmup: reps.warmup,
+            hidden: self.hidden,
         };
         let ranks = self.ranks(key.world_size)?;
         let result = timing::measure(ranks, &spec);

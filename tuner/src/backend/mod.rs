@@ -86,8 +86,36 @@ pub trait Backend {
         }
     }
 
+    /// What every measured size of `key` is a multiple of: the kernels'
+    /// alignment ([`grid::alignment`]) and, for the fused all-reduce + add +
+    /// RMSNorm, whole rows of the hidden size this backend calls it with
+    /// ([`Backend::row_bytes`]).
+    fn size_step(&self, key: TableKey) -> u64 {
+        let align = grid::alignment(
+            &self.capacities(key.world_size),
+            key.collective,
+            key.world_size,
+        );
+        grid::lcm(align, self.row_bytes(key).max(1))
+    }
+
+    /// Makes the fused all-reduce + add + RMSNorm's calls rows of `hidden`
+    /// elements from now on. A backend that models bytes alone (synthetic)
+    /// has no rows and ignores it.
+    fn use_hidden(&mut self, hidden: usize) {
+        let _ = hidden;
+    }
+
+    /// The bytes of one row of `key`'s calls: the hidden size times the
+    /// element for the fused all-reduce + add + RMSNorm on a backend that
+    /// calls kernels; 1 (no rows) otherwise.
+    fn row_bytes(&self, key: TableKey) -> u64 {
+        let _ = key;
+        1
+    }
+
     /// Algorithms that can run a `collective` of `bytes` over `world_size`
-    /// ranks: NCCL, and every custom algorithm whose capacity in that world
+    /// ranks: the collective's fallback, and every custom algorithm whose capacity in that world
     /// ([`Backend::capacities`]) and alignment accept the size.
     fn candidates(&self, collective: Collective, world_size: u32, bytes: u64) -> Vec<Algo> {
         grid::candidates(&self.capacities(world_size), collective, world_size, bytes)

@@ -158,6 +158,10 @@ impl SyntheticConfig {
         let mut config = SyntheticConfig::nominal(noise_cv, seed);
         let start = nominal_start();
         let mut positions = ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
+        // The fused collective draws from a stream of its own, so that the
+        // all-reduce and all-gather keys keep the positions they had before
+        // it was planted.
+        let mut fused_positions = ChaCha8Rng::seed_from_u64(seed ^ 0x2545_f491_4f6c_dd1d);
         for &world_size in &config.world_sizes {
             for collective in Collective::ALL {
                 for dtype in DType::ALL {
@@ -169,6 +173,10 @@ impl SyntheticConfig {
                             mode,
                         };
                         let (first, steps) = planted_crossovers(collective);
+                        let positions = match collective {
+                            Collective::AllReduceAddRmsNorm => &mut fused_positions,
+                            Collective::AllReduce | Collective::AllGather => &mut positions,
+                        };
                         let moved: Vec<(Algo, u64)> = steps
                             .iter()
                             .map(|&(algo, at)| {
@@ -271,8 +279,9 @@ impl SyntheticConfig {
                 jumper.step = Some((at as u64, extra));
             }
             if kind & 2 == 2 {
-                // NCCL pipelines: a knee, and a jump where its protocol switches.
-                let nccl = models.get_mut(&Algo::Nccl).expect("planted");
+                // NCCL pipelines (the fused collective's unfused path runs an
+                // all-reduce): a knee, and a jump where its protocol switches.
+                let nccl = models.get_mut(&key.collective.fallback()).expect("planted");
                 let knee = (shapes.random_range(64.0f64..1024.0) * 1024.0).round();
                 nccl.knee_bytes = Some(knee);
                 nccl.bytes_per_us *= shapes.random_range(1.2..2.5);
@@ -330,6 +339,7 @@ pub fn planted_crossovers(collective: Collective) -> (Algo, &'static [(Algo, u64
     match collective {
         Collective::AllReduce => (Algo::OneShotPush, PLANTED_ALL_REDUCE),
         Collective::AllGather => (Algo::OneShotPush, PLANTED_ALL_GATHER),
+        Collective::AllReduceAddRmsNorm => (Algo::OneShotPush, PLANTED_FUSED),
     }
 }
 
@@ -343,6 +353,11 @@ pub const PLANTED_ALL_REDUCE: &[(Algo, u64)] = &[
 /// All-gather: push until 12 KiB, pull until 768 KiB, then NCCL.
 pub const PLANTED_ALL_GATHER: &[(Algo, u64)] =
     &[(Algo::OneShotPull, 12 * KIB), (Algo::Nccl, 768 * KIB)];
+
+/// The fused all-reduce + add + RMSNorm: one-shot until 128 KiB, two-shot
+/// until 2 MiB, then the unfused path.
+pub const PLANTED_FUSED: &[(Algo, u64)] =
+    &[(Algo::TwoShotPush, 128 * KIB), (Algo::Unfused, 2 * MIB)];
 
 /// The capacities `kernels` assumes when a platform file declares none.
 pub fn default_capacities() -> Vec<CapacityEntry> {
@@ -645,11 +660,11 @@ mod tests {
             }
             seen.push(steps[0].1);
         }
-        // 36 keys, each with its own positions.
-        assert_eq!(seen.len(), 36);
+        // 54 keys, each with its own positions.
+        assert_eq!(seen.len(), 54);
         seen.sort_by(f64::total_cmp);
         seen.dedup();
-        assert!(seen.len() > 30, "positions repeat: {seen:?}");
+        assert!(seen.len() > 45, "positions repeat: {seen:?}");
         let other = SyntheticConfig::planted(0.0, 8);
         assert_ne!(
             config.key_models, other.key_models,

@@ -135,7 +135,9 @@ impl FitArgs {
 /// Which keys to measure. Empty lists mean "all".
 #[derive(clap::Args, Clone, Debug)]
 pub struct KeyArgs {
-    /// Collectives: all_reduce, all_gather, comma-separated (default: both)
+    /// Collectives: all_reduce, all_gather, all_reduce_add_rmsnorm,
+    /// comma-separated (default: all_reduce and all_gather; `verify`: every
+    /// collective of the file)
     #[arg(long, value_delimiter = ',', value_parser = collective)]
     pub collectives: Vec<Collective>,
     /// World sizes, 2 to 8, comma-separated, e.g. 2,4,8 (default: every size
@@ -249,7 +251,7 @@ mod tests {
         assert_eq!(collective("all_gather"), Ok(Collective::AllGather));
         assert_eq!(
             collective("ring").unwrap_err(),
-            "expected one of all_reduce, all_gather"
+            "expected one of all_reduce, all_gather, all_reduce_add_rmsnorm"
         );
         assert_eq!(bytes("448KiB"), Ok(448 * 1024));
         assert!(bytes("4KB").unwrap_err().contains("KiB"));

@@ -6,8 +6,19 @@
 //!     --sizes 16B..256MiB --modes graph,eager --csv out.csv --json out.json
 //! ```
 //!
-//! Bus bandwidth follows nccl-tests: all-reduce S/t·2(W−1)/W, all-gather
-//! S/t·(W−1)/W, S the output bytes. Every timed configuration is first verified
+//! The fused all-reduce + add + RMSNorm (`--collective all_reduce_add_rmsnorm`,
+//! rows of `--hidden` elements, sizes that are not whole rows skipped) is timed
+//! the same way, its fused kernels against its unfused path (the all-reduce the
+//! all-reduce table picks, then the add + RMSNorm kernel), which takes NCCL's
+//! place as the baseline of its rows:
+//!
+//! ```text
+//! tuner bench --loopback --world 2 --collective all_reduce_add_rmsnorm \
+//!     --hidden 4096 --sizes 8KiB..1MiB --step 2 --modes graph
+//! ```
+//!
+//! Bus bandwidth follows nccl-tests: all-reduce (and the fused collective)
+//! S/t·2(W−1)/W, all-gather S/t·(W−1)/W, S the output bytes. Every timed configuration is first verified
 //! against a host reference (up to `--verify-max` bytes). The CSV's columns are
 //! those of the files under `kernels/bench/`.
 
@@ -33,9 +44,13 @@ pub struct BenchArgs {
     /// GPUs of a devices world, e.g. 0,1,2,3 (default: every visible GPU when >= 2).
     #[arg(long, value_delimiter = ',')]
     devices: Option<Vec<usize>>,
-    /// all_reduce, all_gather or both.
+    /// all_reduce, all_gather, both (those two) or all_reduce_add_rmsnorm.
     #[arg(long, default_value = "both", value_parser = collectives)]
     collective: Collectives,
+    /// Elements of a row of all_reduce_add_rmsnorm (a multiple of 8 in
+    /// 64..=16384); its sizes are whole rows of it.
+    #[arg(long, default_value_t = crate::hidden::DEFAULT_HIDDEN)]
+    hidden: usize,
     /// Comma-separated dtypes: bf16, f16, f32.
     #[arg(long, value_delimiter = ',', default_value = "bf16", value_parser = dtype)]
     dtype: Vec<DType>,
@@ -90,13 +105,16 @@ pub struct BenchArgs {
     json: Option<std::path::PathBuf>,
 }
 
-/// `--collective`: one collective or both.
+/// `--collective`: one collective, or both of NCCL's.
 #[derive(Clone, Debug)]
 struct Collectives(Vec<Collective>);
 
 fn collectives(text: &str) -> Result<Collectives, String> {
     if text == "both" {
-        return Ok(Collectives(Collective::ALL.to_vec()));
+        return Ok(Collectives(vec![
+            Collective::AllReduce,
+            Collective::AllGather,
+        ]));
     }
     collective(text)
         .map(|c| Collectives(vec![c]))
@@ -118,6 +136,13 @@ impl BenchArgs {
         }
         if self.samples == 0 {
             return Err("--samples must be at least 1".to_string());
+        }
+        let (low, high, step) = (policy::HIDDEN_MIN, policy::HIDDEN_MAX, policy::HIDDEN_STEP);
+        if !(low..=high).contains(&self.hidden) || !self.hidden.is_multiple_of(step) {
+            return Err(format!(
+                "--hidden {}: a row is a multiple of {step} elements in {low}..={high}",
+                self.hidden
+            ));
         }
         if [&self.csv, &self.json]
             .iter()
@@ -175,6 +200,8 @@ struct Timing {
     verified: bool,
     /// The faster of NCCL's two variants (plain and on a symmetric window),
     /// then plain NCCL alone, over this row's median: `None` without them.
+    /// For the fused collective the first is its unfused path (the baseline
+    /// that is not a kernel of its own), the second `None`.
     vs_nccl: Option<f64>,
     vs_plain_nccl: Option<f64>,
 }
@@ -384,7 +411,7 @@ mod gpu {
     use super::super::Error as CommandError;
     use super::{BenchArgs, Outcome, Plan, Row, Timing, compare, csv, default_calls, write_rows};
     use crate::harness::timing::{
-        GpuStack, TimingSpec, gpu_stack, measure, stall_last_rank, validate,
+        GpuStack, TimingSpec, gpu_stack, measure, stall_last_rank, unfused_all_reduce, validate,
     };
     use crate::harness::world::WorldKeeper;
     use crate::stats::{self, algbw_gbps, busbw_gbps};
@@ -436,7 +463,10 @@ mod gpu {
         let ctx = ranks[0].stream().context().clone();
         let info = gpu_stack(&ctx).map_err(|e| e.to_string())?;
         let io = |e: std::io::Error| e.to_string();
-        write!(table, "{}", header(&info, ranks, loopback.is_some())).map_err(io)?;
+        let fused = collectives
+            .contains(&Collective::AllReduceAddRmsNorm)
+            .then_some(cli.hidden);
+        write!(table, "{}", header(&info, ranks, loopback.is_some(), fused)).map_err(io)?;
         let described = World::of(ranks);
 
         let mut rows = Vec::new();
@@ -453,7 +483,12 @@ mod gpu {
             for &dtype in dtypes {
                 for &mode in modes {
                     for &bytes in sizes {
-                        let unit = collective.output_size(world as u64, dtype.size_bytes());
+                        let unit = match collective {
+                            Collective::AllReduceAddRmsNorm => {
+                                cli.hidden as u64 * dtype.size_bytes()
+                            }
+                            _ => collective.output_size(world as u64, dtype.size_bytes()),
+                        };
                         if bytes % unit != 0 {
                             continue;
                         }
@@ -478,6 +513,18 @@ mod gpu {
                             };
                             compare(&mut row, &rows);
                             writeln!(table, "{}", row.line()).map_err(io)?;
+                            if algo == Algo::Unfused
+                                && let Ok(ranks) = keeper.ranks()
+                            {
+                                let inner = unfused_all_reduce(&ranks[0], dtype, mode, bytes);
+                                writeln!(
+                                    table,
+                                    "{:>44} = {} all_reduce, then add_rmsnorm",
+                                    "unfused",
+                                    inner.name()
+                                )
+                                .map_err(io)?;
+                            }
                             // One failure stays one failure: a world it broke
                             // is given up and the next row builds a new one.
                             if row.failed() && keeper.recover() {
@@ -557,7 +604,7 @@ mod gpu {
         }
         if stalled {
             return failed(
-                match stall_last_rank(ranks, collective, dtype, algo, bytes) {
+                match stall_last_rank(ranks, collective, dtype, algo, bytes, cli.hidden) {
                     Err(e) => format!("injected stall of the last rank: {e}"),
                     Ok(()) => {
                         "injected stall of the last rank: the others did not notice (no error)"
@@ -567,7 +614,9 @@ mod gpu {
             );
         }
         let verified = bytes <= verify_max;
-        if verified && let Err(e) = validate(ranks, collective, dtype, algo, bytes, bytes) {
+        if verified
+            && let Err(e) = validate(ranks, collective, dtype, algo, bytes, cli.hidden, bytes)
+        {
             return failed(e.to_string());
         }
         let spec = TimingSpec {
@@ -579,6 +628,7 @@ mod gpu {
             calls_per_sample: cli.calls.unwrap_or_else(|| default_calls(bytes)),
             samples: cli.samples,
             warmup: cli.warmup,
+            hidden: cli.hidden,
         };
         match measure(ranks, &spec) {
             Ok(mut micros) => {
@@ -601,7 +651,9 @@ mod gpu {
     }
 
     /// The lines above the rows: the platform, the world, the baseline, the columns.
-    fn header(info: &GpuStack, ranks: &[RankComm], loopback: bool) -> String {
+    /// `fused`: the hidden size of the fused collective's rows, when it is
+    /// timed.
+    fn header(info: &GpuStack, ranks: &[RankComm], loopback: bool, fused: Option<usize>) -> String {
         let mut text = String::new();
         let _ = writeln!(
             text,
@@ -674,6 +726,14 @@ mod gpu {
             "vs_nccl: the faster of plain NCCL and NCCL on its symmetric window (nccl_symmetric) \
              over this row; vs_plain: plain NCCL over this row"
         );
+        if let Some(hidden) = fused {
+            let _ = writeln!(
+                text,
+                "all_reduce_add_rmsnorm: rows of {hidden} elements (bytes: tokens x {hidden} x the \
+                 element size); its vs_nccl is its unfused path (the all-reduce the all-reduce table \
+                 picks for the size, then the add + RMSNorm kernel, timed as one call) over this row"
+            );
+        }
         text
     }
 

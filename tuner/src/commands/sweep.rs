@@ -16,6 +16,7 @@ use crate::tuned_file::{
     FitReport, WriteFailure, evidence_file_name, file_stem, toml_file_name, write_fitted,
 };
 use crate::tuned_folder::{check_folder, check_test_destination};
+use policy::Collective;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct SweepArgs {
@@ -31,6 +32,12 @@ pub struct SweepArgs {
     pub force: bool,
     #[command(flatten)]
     pub keys: KeyArgs,
+    /// all_reduce_add_rmsnorm's rows: hidden sizes, comma-separated (each a
+    /// multiple of 8 in 64..=16384). The tables are fitted at the first; the
+    /// fused keys are swept again at each other one and the log says whether
+    /// their crossovers move (the tables are keyed by bytes)
+    #[arg(long, value_delimiter = ',', default_value = "4096")]
+    pub hidden: Vec<usize>,
     /// Timed samples per point in the first round (at least 5)
     #[arg(long, default_value_t = 25)]
     pub samples: u32,
@@ -119,7 +126,9 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     if args.samples < 5 {
         return Err(Error::Usage("--samples must be at least 5".to_string()));
     }
+    check_hidden(&args.hidden)?;
     let mut backend = args.backend.open(fit_settings.memory_budget)?;
+    backend.use_hidden(args.hidden[0]);
     let settings = args.settings();
     let plan = plan(&*backend, &settings).map_err(Error::Usage)?;
     let platform = backend.platform();
@@ -228,6 +237,113 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         "wrote {} and {} ({measured} points, measured in {took})",
         toml_path.display(),
         written.evidence_path.display()
+    )?;
+    if settings
+        .collectives
+        .contains(&Collective::AllReduceAddRmsNorm)
+        && args.hidden.len() > 1
+    {
+        let first = &result.keys;
+        let mut progress = Progress::new(install_ctrl_c(), !args.no_progress);
+        return other_hidden_sizes(&mut *backend, &settings, args, first, &mut progress, out);
+    }
+    Ok(Exit::Ok)
+}
+
+/// `--hidden`: at least one size, each one kernels take, none twice.
+fn check_hidden(hidden: &[usize]) -> Result<(), Error> {
+    let (low, high, step) = (policy::HIDDEN_MIN, policy::HIDDEN_MAX, policy::HIDDEN_STEP);
+    for (i, &h) in hidden.iter().enumerate() {
+        if !(low..=high).contains(&h) || !h.is_multiple_of(step) {
+            return Err(Error::Usage(format!(
+                "--hidden {h}: a row is a multiple of {step} elements in {low}..={high}"
+            )));
+        }
+        if hidden[..i].contains(&h) {
+            return Err(Error::Usage(format!("--hidden names {h} twice")));
+        }
+    }
+    if hidden.is_empty() {
+        return Err(Error::Usage("--hidden needs a size".to_string()));
+    }
+    Ok(())
+}
+
+/// The fused keys swept again at each other `--hidden` size, fitted, and
+/// compared with `first` (the tables, fitted at the first size): whether
+/// the crossovers move ([`crate::hidden`]). Nothing is written.
+fn other_hidden_sizes(
+    backend: &mut dyn crate::backend::Backend,
+    settings: &SweepSettings,
+    args: &SweepArgs,
+    first: &[crate::fit::KeyFit],
+    progress: &mut Progress,
+    out: &mut dyn Write,
+) -> Result<Exit, Error> {
+    let fit_settings = args.fit.settings()?;
+    let fused = SweepSettings {
+        collectives: vec![Collective::AllReduceAddRmsNorm],
+        ..settings.clone()
+    };
+    writeln!(
+        out,
+        "all_reduce_add_rmsnorm at other hidden sizes (the tables above: hidden {}):",
+        args.hidden[0]
+    )?;
+    let mut moved = 0;
+    for &hidden in &args.hidden[1..] {
+        backend.use_hidden(hidden);
+        let outcome =
+            run_sweep(backend, &fused, &crate::today_utc(), progress).map_err(Error::Usage)?;
+        match outcome.status {
+            RunStatus::Complete => {}
+            RunStatus::Interrupted => {
+                writeln!(
+                    out,
+                    "interrupted at hidden {hidden}; the tables are written"
+                )?;
+                return Ok(Exit::Interrupted);
+            }
+            RunStatus::Failed(e) => {
+                return Err(Error::Failed(format!(
+                    "at hidden {hidden}: {e}; the tables (hidden {}) are written",
+                    args.hidden[0]
+                )));
+            }
+        }
+        let other = fit(&outcome.evidence, &fit_settings);
+        for key in &other.keys {
+            let Some(base) = first.iter().find(|k| k.key == key.key) else {
+                continue;
+            };
+            let c = crate::hidden::compare(base, key, hidden);
+            let verdict = match &c.moved {
+                None => "crossovers do not move".to_string(),
+                Some(why) => {
+                    moved += 1;
+                    format!("crossovers MOVE: {why}")
+                }
+            };
+            writeln!(
+                out,
+                "  {} hidden {hidden}: {verdict}; {}",
+                key.key, c.crossovers
+            )?;
+        }
+    }
+    progress.finish();
+    writeln!(
+        out,
+        "{}",
+        if moved == 0 {
+            "at equal bytes the hidden size moves no crossover beyond the sweep's resolution"
+                .to_string()
+        } else {
+            format!(
+                "{moved} key(s) cross elsewhere at another hidden size: the tables hold for hidden {} only",
+                args.hidden[0]
+            )
+        }
     )?;
     Ok(Exit::Ok)
 }

@@ -25,7 +25,11 @@ use kernels::{Element, Error, Fallback, Options, RankComm, Result, Select, World
 use policy::{Algo, Arch, Collective, DType, Mode};
 
 use super::concurrent::for_each_rank;
-use super::validation::{self, POISON_BYTE};
+use super::validation::{self, AddRmsNormCase, POISON_BYTE, SumPath};
+
+pub use crate::hidden::DEFAULT_HIDDEN;
+/// The RMSNorm epsilon of the harness's fused calls.
+pub const EPS: f32 = 1e-5;
 
 /// What to time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +45,9 @@ pub struct TimingSpec {
     pub samples: u32,
     /// Untimed calls (eager) or replays (graph) before the samples.
     pub warmup: u32,
+    /// Elements of a row of [`Collective::AllReduceAddRmsNorm`] (`bytes` is
+    /// then whole rows); the other collectives ignore it.
+    pub hidden: usize,
 }
 
 /// Microseconds per call for each sample, each the maximum over ranks.
@@ -55,20 +62,39 @@ pub fn measure(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
 /// Runs one forced call on fresh random data (with NaN, ±inf, subnormals and
 /// signed zeros), outputs poisoned beforehand, and checks every rank's output
 /// against an f64 host reference and (except for multi-GPU NCCL, which does not
-/// promise it) that all ranks hold the same bits.
+/// promise it) that all ranks hold the same bits. `hidden`: the row of a
+/// fused all-reduce + add + RMSNorm (its new residual is checked too).
 pub fn validate(
     ranks: &mut [RankComm],
     collective: Collective,
     dtype: DType,
     algo: Algo,
     bytes: u64,
+    hidden: usize,
     seed: u64,
 ) -> Result<()> {
+    let call = Call {
+        collective,
+        algo,
+        bytes,
+        hidden,
+    };
     match dtype {
-        DType::Bf16 => validate_typed::<bf16>(ranks, collective, algo, bytes, seed),
-        DType::F16 => validate_typed::<f16>(ranks, collective, algo, bytes, seed),
-        DType::F32 => validate_typed::<f32>(ranks, collective, algo, bytes, seed),
+        DType::Bf16 => validate_typed::<bf16>(ranks, call, seed),
+        DType::F16 => validate_typed::<f16>(ranks, call, seed),
+        DType::F32 => validate_typed::<f32>(ranks, call, seed),
     }
+}
+
+/// One forced call the harness makes.
+#[derive(Clone, Copy, Debug)]
+struct Call {
+    collective: Collective,
+    algo: Algo,
+    /// Output bytes.
+    bytes: u64,
+    /// The fused collective's row (elements).
+    hidden: usize,
 }
 
 /// A fault injected on purpose, to test that the tools recover from a broken
@@ -82,35 +108,30 @@ pub fn stall_last_rank(
     dtype: DType,
     algo: Algo,
     bytes: u64,
+    hidden: usize,
 ) -> Result<()> {
+    let call = Call {
+        collective,
+        algo,
+        bytes,
+        hidden,
+    };
     match dtype {
-        DType::Bf16 => stall_typed::<bf16>(ranks, collective, algo, bytes),
-        DType::F16 => stall_typed::<f16>(ranks, collective, algo, bytes),
-        DType::F32 => stall_typed::<f32>(ranks, collective, algo, bytes),
+        DType::Bf16 => stall_typed::<bf16>(ranks, call),
+        DType::F16 => stall_typed::<f16>(ranks, call),
+        DType::F32 => stall_typed::<f32>(ranks, call),
     }
 }
 
-fn stall_typed<T: Element>(
-    ranks: &mut [RankComm],
-    collective: Collective,
-    algo: Algo,
-    bytes: u64,
-) -> Result<()> {
-    ensure_runs(ranks, collective, T::DTYPE, algo, bytes)?;
-    let world = ranks.len();
-    let (in_len, out_len) = message_lengths(collective, T::DTYPE, world, bytes)?;
-    let inputs = validation::random_inputs::<T>(world, in_len, 7);
-    let tensors = ranks
-        .iter()
-        .zip(&inputs)
-        .map(|(rank, input)| prepare(rank, input, out_len))
-        .collect::<Result<Vec<_>>>()?;
-    let stalled = world - 1;
+fn stall_typed<T: Element>(ranks: &mut [RankComm], call: Call) -> Result<()> {
+    ensure_runs(ranks, call.collective, T::DTYPE, call.algo, call.bytes)?;
+    let tensors = call_tensors::<T>(ranks, call, 7)?.0;
+    let stalled = ranks.len() - 1;
     let results = for_each_rank(ranks, tensors, |rank, mut t, _| {
         if rank.rank() == stalled {
             return Ok(Ok(()));
         }
-        call_once(rank, collective, &mut t, Select::Force(algo))?;
+        call_once(rank, call.collective, &mut t, Select::Force(call.algo))?;
         Ok(rank.check())
     })?;
     results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
@@ -139,6 +160,18 @@ pub fn message_lengths(
     }
     let per_rank = collective.per_rank_size(world as u64, bytes);
     Ok(((per_rank / element) as usize, (bytes / element) as usize))
+}
+
+/// The tokens (rows of `hidden` elements) of a fused call of `bytes`.
+pub fn fused_tokens(dtype: DType, bytes: u64, hidden: usize) -> Result<usize> {
+    let row = hidden as u64 * dtype.size_bytes();
+    if row == 0 || bytes == 0 || !bytes.is_multiple_of(row) {
+        return Err(Error::Mismatch(format!(
+            "{bytes} bytes is not a whole number of rows of {hidden} {} elements",
+            dtype.name()
+        )));
+    }
+    Ok((bytes / row) as usize)
 }
 
 fn ensure_runs(
@@ -174,6 +207,54 @@ fn ensure_runs(
 struct Tensors<T> {
     input: CudaSlice<T>,
     output: CudaSlice<T>,
+    /// The fused collective's residual and weight.
+    norm: Option<(CudaSlice<T>, CudaSlice<T>)>,
+}
+
+/// Every rank's tensors for `call`, on data from `seed`, outputs poisoned;
+/// the data on the host, and for the fused collective the whole case.
+#[allow(clippy::type_complexity)]
+fn call_tensors<T: Element>(
+    ranks: &[RankComm],
+    call: Call,
+    seed: u64,
+) -> Result<(Vec<Tensors<T>>, Vec<Vec<T>>, Option<AddRmsNormCase<T>>)> {
+    let world = ranks.len();
+    if call.collective == Collective::AllReduceAddRmsNorm {
+        let tokens = fused_tokens(T::DTYPE, call.bytes, call.hidden)?;
+        let case = AddRmsNormCase::<T>::random(world, tokens, call.hidden, seed);
+        let tensors = ranks
+            .iter()
+            .zip(&case.inputs)
+            .map(|(rank, input)| {
+                let mut t = prepare(rank, input, input.len())?;
+                let stream = rank.stream();
+                t.norm = Some((
+                    upload(stream, &case.residual)?,
+                    upload(stream, &case.weight)?,
+                ));
+                Ok(t)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let inputs = case.inputs.clone();
+        return Ok((tensors, inputs, Some(case)));
+    }
+    let (in_len, out_len) = message_lengths(call.collective, T::DTYPE, world, call.bytes)?;
+    let inputs = validation::random_inputs::<T>(world, in_len, seed);
+    let tensors = ranks
+        .iter()
+        .zip(&inputs)
+        .map(|(rank, input)| prepare(rank, input, out_len))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((tensors, inputs, None))
+}
+
+fn upload<T: Element>(stream: &Arc<CudaStream>, data: &[T]) -> Result<CudaSlice<T>> {
+    let mut slice = alloc_untracked::<T>(stream, data.len())?;
+    stream
+        .memcpy_htod(data, &mut slice)
+        .during("uploading a tensor")?;
+    Ok(slice)
 }
 
 /// Allocates without cudarc's event tracking: these tensors are captured into
@@ -203,13 +284,14 @@ pub fn poison<T: Element>(stream: &Arc<CudaStream>, slice: &mut CudaSlice<T>) ->
 
 fn prepare<T: Element>(rank: &RankComm, inputs: &[T], out_len: usize) -> Result<Tensors<T>> {
     let stream = rank.stream();
-    let mut input = alloc_untracked::<T>(stream, inputs.len())?;
-    stream
-        .memcpy_htod(inputs, &mut input)
-        .during("uploading an input")?;
+    let input = upload(stream, inputs)?;
     let mut output = alloc_untracked::<T>(stream, out_len)?;
     poison(stream, &mut output)?;
-    Ok(Tensors { input, output })
+    Ok(Tensors {
+        input,
+        output,
+        norm: None,
+    })
 }
 
 fn call_once<T: Element>(
@@ -220,9 +302,20 @@ fn call_once<T: Element>(
 ) -> Result<Algo> {
     let input = t.input.as_view();
     let mut output = t.output.as_view_mut();
-    match collective {
-        Collective::AllReduce => rank.all_reduce(&input, &mut output, how),
-        Collective::AllGather => rank.all_gather(&input, &mut output, how),
+    match (collective, &mut t.norm) {
+        (Collective::AllReduce, _) => rank.all_reduce(&input, &mut output, how),
+        (Collective::AllGather, _) => rank.all_gather(&input, &mut output, how),
+        (Collective::AllReduceAddRmsNorm, Some((residual, weight))) => rank.all_reduce_add_rmsnorm(
+            &input,
+            &mut residual.as_view_mut(),
+            &weight.as_view(),
+            EPS,
+            &mut output,
+            how,
+        ),
+        (Collective::AllReduceAddRmsNorm, None) => Err(Error::Mismatch(
+            "a fused call needs a residual and a weight".into(),
+        )),
     }
 }
 
@@ -233,14 +326,13 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
         ));
     }
     ensure_runs(ranks, spec.collective, spec.dtype, spec.algo, spec.bytes)?;
-    let world = ranks.len();
-    let (in_len, out_len) = message_lengths(spec.collective, spec.dtype, world, spec.bytes)?;
-    let data = validation::random_inputs::<T>(world, in_len, spec.bytes ^ 0x5eed);
-    let tensors = ranks
-        .iter()
-        .zip(&data)
-        .map(|(rank, input)| prepare(rank, input, out_len))
-        .collect::<Result<Vec<_>>>()?;
+    let call = Call {
+        collective: spec.collective,
+        algo: spec.algo,
+        bytes: spec.bytes,
+        hidden: spec.hidden,
+    };
+    let tensors = call_tensors::<T>(ranks, call, spec.bytes ^ 0x5eed)?.0;
     let how = Select::Force(spec.algo);
     let per_rank = for_each_rank(ranks, tensors, |rank, mut t, barrier| {
         let stream = rank.stream().clone();
@@ -312,31 +404,34 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
         .collect())
 }
 
-fn validate_typed<T: Element>(
-    ranks: &mut [RankComm],
-    collective: Collective,
-    algo: Algo,
-    bytes: u64,
-    seed: u64,
-) -> Result<()> {
+fn validate_typed<T: Element>(ranks: &mut [RankComm], call: Call, seed: u64) -> Result<()> {
+    let Call {
+        collective,
+        algo,
+        bytes,
+        ..
+    } = call;
     ensure_runs(ranks, collective, T::DTYPE, algo, bytes)?;
     let world = ranks.len();
-    let (in_len, out_len) = message_lengths(collective, T::DTYPE, world, bytes)?;
-    let inputs = validation::random_inputs::<T>(world, in_len, seed);
-    let tensors = ranks
-        .iter()
-        .zip(&inputs)
-        .map(|(rank, input)| prepare(rank, input, out_len))
-        .collect::<Result<Vec<_>>>()?;
+    let (tensors, inputs, case) = call_tensors::<T>(ranks, call, seed)?;
     let fallback = ranks[0].fallback_kind();
+    // What the unfused path's all-reduce is for this size (its Lamport rule
+    // shapes the sums).
+    let inner = unfused_all_reduce(&ranks[0], T::DTYPE, Mode::Eager, bytes);
     let results = for_each_rank(ranks, tensors, |rank, mut t, _| {
         let ran = call_once(rank, collective, &mut t, Select::Force(algo))?;
         rank.check()?;
-        let output = rank
-            .stream()
+        let stream = rank.stream();
+        let output = stream
             .clone_dtoh(&t.output)
             .during("downloading an output")?;
-        Ok((ran, output))
+        let residual = match &t.norm {
+            Some((residual, _)) => stream
+                .clone_dtoh(residual)
+                .during("downloading a residual")?,
+            None => Vec::new(),
+        };
+        Ok((ran, output, residual))
     })?;
     let describe = |rank: usize, ran: Algo, problem: String| {
         Error::Verification(format!(
@@ -347,6 +442,30 @@ fn validate_typed<T: Element>(
         ))
     };
     let ran = results[0].0;
+    if results.iter().any(|(r, _, _)| *r != ran) {
+        return Err(describe(0, ran, "ranks ran different algorithms".into()));
+    }
+    if let Some(case) = case {
+        // Every rank's outputs are ours (custom kernels, or the unfused
+        // path's kernel on the sums): bitwise identical unless NCCL across
+        // GPUs summed them.
+        let path = SumPath::of(ran, inner);
+        let nccl_sums = ran == Algo::Unfused && !inner.is_kernel() && fallback == Fallback::Nccl;
+        let ranks_to_check = if nccl_sums && world > 1 { world } else { 1 };
+        if ranks_to_check == 1 {
+            let outputs: Vec<&[T]> = results.iter().map(|(_, o, _)| o.as_slice()).collect();
+            let residuals: Vec<&[T]> = results.iter().map(|(_, _, r)| r.as_slice()).collect();
+            validation::check_identical(&outputs)
+                .and_then(|()| validation::check_identical(&residuals))
+                .map_err(|problem| describe(0, ran, problem))?;
+        }
+        let extra = if nccl_sums { world - 1 } else { 0 };
+        for (rank, (_, output, residual)) in results.iter().enumerate().take(ranks_to_check) {
+            case.check(path, extra, residual, output)
+                .map_err(|problem| describe(rank, ran, problem))?;
+        }
+        return Ok(());
+    }
     // NCCL on a window is NCCL too: its reduction order is its own.
     let real_nccl = !ran.is_kernel() && fallback == Fallback::Nccl && world > 1;
     let check = |rank: usize| {
@@ -357,22 +476,32 @@ fn validate_typed<T: Element>(
                 validation::check_all_reduce_of(ran, real_nccl, &inputs, output)
             }
             Collective::AllGather => validation::check_all_gather(&inputs, output, pushed),
+            Collective::AllReduceAddRmsNorm => Err("a fused call without its case".into()),
         }
         .map_err(|problem| describe(rank, ran, problem))
     };
-    if results.iter().any(|(r, _)| *r != ran) {
-        return Err(describe(0, ran, "ranks ran different algorithms".into()));
-    }
     // Multi-GPU NCCL does not promise identical bits on every rank: check each.
     // Everything else must be bitwise identical, so checking rank 0 suffices.
     if real_nccl {
         (0..world).try_for_each(check)?;
     } else {
-        let outputs: Vec<&[T]> = results.iter().map(|(_, out)| out.as_slice()).collect();
+        let outputs: Vec<&[T]> = results.iter().map(|(_, out, _)| out.as_slice()).collect();
         validation::check_identical(&outputs).map_err(|problem| describe(0, ran, problem))?;
         check(0)?;
     }
     Ok(())
+}
+
+/// The all-reduce the unfused path of a fused call of `bytes` in `mode`
+/// runs on `rank`: the all-reduce table's pick, or the fallback where it
+/// declines (in a loopback world the reference, which [`Algo::Nccl`] stands
+/// for here).
+pub fn unfused_all_reduce(rank: &RankComm, dtype: DType, mode: Mode, bytes: u64) -> Algo {
+    let picked = rank.policy_choice(Collective::AllReduce, dtype, mode, bytes);
+    match rank.would_decline(Collective::AllReduce, picked, bytes) {
+        None => picked,
+        Some(_) => Algo::Nccl,
+    }
 }
 
 /// What a GPU is and which software stack (driver, CUDA, NVRTC,

@@ -257,6 +257,268 @@ fn check_all_reduce_rounded<T: Element>(
     }
 }
 
+/// How a fused all-reduce + add + RMSNorm formed its sums `x = Σ input +
+/// residual`, as far as the reference needs to know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SumPath {
+    /// A fused kernel: inputs (after `rule`'s substitution) and the residual
+    /// summed in f32, rounded once; with [`SentinelRule::InputsAndSums`] the
+    /// words of `x` equal to the sentinel are stored as 0.
+    Fused(SentinelRule),
+    /// The unfused path: an all-reduce whose Lamport data follows `rule`
+    /// (its sums rounded to the dtype), then the residual added in f32 and
+    /// rounded again.
+    Unfused(SentinelRule),
+}
+
+impl SumPath {
+    /// The path of a call that `ran`, where the unfused path's all-reduce is
+    /// `inner`.
+    pub fn of(ran: Algo, inner: Algo) -> SumPath {
+        if ran == Algo::Unfused {
+            SumPath::Unfused(sentinel_rule(inner))
+        } else {
+            SumPath::Fused(sentinel_rule(ran))
+        }
+    }
+
+    fn rule(self) -> SentinelRule {
+        match self {
+            SumPath::Fused(rule) | SumPath::Unfused(rule) => rule,
+        }
+    }
+}
+
+/// The f32 arithmetic of a row's norm, relative: its squares summed in f32 by
+/// a tree no deeper than 64 additions for 16384 elements (each at most 2^-24
+/// off), then the division, square root, reciprocal and two products, each
+/// rounded; 2^-17 bounds them all with room.
+const NORM_F32_SLACK: f64 = 1.0 / (1u64 << 17) as f64;
+
+/// A fused all-reduce + add + RMSNorm's data for `inputs.len()` ranks and its
+/// f64 reference.
+#[derive(Clone, Debug)]
+pub struct AddRmsNormCase<T> {
+    /// Every rank's partial sums, `tokens × hidden`.
+    pub inputs: Vec<Vec<T>>,
+    /// The residual every rank passes (`tokens × hidden`).
+    pub residual: Vec<T>,
+    /// The norm's weight (`hidden`).
+    pub weight: Vec<T>,
+    pub hidden: usize,
+    pub eps: f32,
+}
+
+impl<T: Element> AddRmsNormCase<T> {
+    /// Deterministic data ([`random_inputs`]'s values and special values for
+    /// inputs, residual and weight). A NaN or an infinity in a row makes the
+    /// whole row's norm NaN or zero, so only every third row (1, 4, 7, …)
+    /// keeps them in its inputs and residual; in the others they become 0.75.
+    /// Subnormals and signed zeros stay everywhere, as do the weight's NaNs.
+    pub fn random(world: usize, tokens: usize, hidden: usize, seed: u64) -> AddRmsNormCase<T> {
+        let len = tokens * hidden;
+        let mut data = random_inputs::<T>(world + 1, len, seed);
+        for row_data in &mut data {
+            for (row, values) in row_data.chunks_mut(hidden.max(1)).enumerate() {
+                if row % 3 != 1 {
+                    for v in values.iter_mut().filter(|v| !v.to_f64().is_finite()) {
+                        *v = T::from_f64(0.75);
+                    }
+                }
+            }
+        }
+        let residual = data.pop().expect("world + 1 tensors");
+        // An infinite weight makes `x · scale · w` NaN where f32 rounds a tiny
+        // `x · scale` to 0 and f64 does not: the weight keeps its NaN,
+        // subnormals and signed zeros, its infinities become 0.75.
+        let weight = random_inputs::<T>(1, hidden, seed ^ 0x3e1_9b7)
+            .pop()
+            .expect("one tensor")
+            .into_iter()
+            .map(|w| {
+                if w.to_f64().is_infinite() {
+                    T::from_f64(0.75)
+                } else {
+                    w
+                }
+            })
+            .collect();
+        AddRmsNormCase {
+            inputs: data,
+            residual,
+            weight,
+            hidden,
+            eps: 1e-5,
+        }
+    }
+
+    /// Checks one rank's new residual (`x`) and output against the f64
+    /// reference: `x` against the exact sum of the inputs (substituted as
+    /// `path` says) and the old residual, within the all-reduce's tolerance
+    /// (plus `extra_roundings` roundings of the sums, for NCCL's); the output
+    /// against `x · w / sqrt(mean(x²) + eps)` computed in f64 from the `x` the
+    /// kernel stored (the norm is taken of the rounded sum), within one unit
+    /// in the last place of the dtype and [`NORM_F32_SLACK`]. NaN must be
+    /// NaN, an infinity the same infinity.
+    pub fn check(
+        &self,
+        path: SumPath,
+        extra_roundings: usize,
+        x: &[T],
+        output: &[T],
+    ) -> Result<(), String> {
+        let len = self.residual.len();
+        if x.len() != len || output.len() != len || self.inputs.iter().any(|i| i.len() != len) {
+            return Err(format!(
+                "lengths differ: residual {}, new residual {}, output {}",
+                len,
+                x.len(),
+                output.len()
+            ));
+        }
+        if self.hidden == 0 || !len.is_multiple_of(self.hidden) || self.weight.len() != self.hidden
+        {
+            return Err("the case's rows do not fit its hidden size".into());
+        }
+        self.check_sums(path, extra_roundings, x)
+            .map_err(|e| format!("new residual: {e}"))?;
+        self.check_norm(x, output)
+            .map_err(|e| format!("output: {e}"))
+    }
+
+    fn check_sums(&self, path: SumPath, extra_roundings: usize, x: &[T]) -> Result<(), String> {
+        let inputs: Vec<Vec<T>> = match path.rule() {
+            SentinelRule::None => self.inputs.clone(),
+            _ => self
+                .inputs
+                .iter()
+                .map(|i| sentinel_substituted(i))
+                .collect(),
+        };
+        let unfused = matches!(path, SumPath::Unfused(_));
+        let sums_substituted =
+            path.rule() == SentinelRule::InputsAndSums && T::DTYPE.size_bytes() == 2;
+        let extra = extra_roundings + usize::from(unfused);
+        let columns = inputs.len() + 1;
+        let (rel, abs) = output_slack(T::DTYPE);
+        let mut failures = Failures::default();
+        for i in 0..x.len() {
+            let column: Vec<f64> = inputs
+                .iter()
+                .map(|input| input[i].to_f64())
+                .chain([self.residual[i].to_f64()])
+                .collect();
+            let got = x[i].to_f64();
+            let exact: f64 = column[1..].iter().fold(column[0], |acc, v| acc + v);
+            let ok = if exact.is_nan() {
+                got.is_nan()
+            } else if column.iter().all(|v| *v == 0.0) {
+                let negative = column.iter().all(|v| v.is_sign_negative());
+                // A sentinel word (+0.0, -0.0) of sums is stored as (+0.0, +0.0):
+                // of x itself (a fused kernel), or of the all-reduce's sums
+                // before the residual's -0.0 is added (the unfused path).
+                let word_zeroed = sums_substituted
+                    && i % 2 == 1
+                    && if unfused {
+                        inputs
+                            .iter()
+                            .map(|input| input[i - 1].to_f64())
+                            .sum::<f64>()
+                            == 0.0
+                    } else {
+                        x[i - 1].to_bits() == 0
+                    };
+                got == 0.0 && (got.is_sign_negative() == negative || (negative && word_zeroed))
+            } else if exact.is_infinite() || T::from_f64(exact).to_f64().is_infinite() {
+                got == T::from_f64(exact).to_f64()
+            } else {
+                let magnitude: f64 = column.iter().map(|v| v.abs()).sum();
+                let tolerance = columns as f64 * 2f64.powi(-24) * magnitude
+                    + rel * exact.abs()
+                    + extra as f64 * (rel * magnitude + abs)
+                    + 2.0 * abs;
+                got.is_finite() && (got - exact).abs() <= tolerance
+            };
+            if !ok {
+                failures.add(|| {
+                    format!(
+                        "[{i}] inputs and residual {column:?} -> expected {exact:e}, got {got:e} \
+                         (bits {:#x})",
+                        x[i].to_bits()
+                    )
+                });
+            }
+        }
+        failures.into_result::<T>(x.len())
+    }
+
+    fn check_norm(&self, x: &[T], output: &[T]) -> Result<(), String> {
+        let (rel, abs) = output_slack(T::DTYPE);
+        let mut failures = Failures::default();
+        for (row, (xs, outs)) in x
+            .chunks_exact(self.hidden)
+            .zip(output.chunks_exact(self.hidden))
+            .enumerate()
+        {
+            let squares: f64 = xs.iter().map(|v| v.to_f64() * v.to_f64()).sum();
+            let scale = 1.0 / (squares / self.hidden as f64 + f64::from(self.eps)).sqrt();
+            for (k, ((xv, w), got)) in xs.iter().zip(&self.weight).zip(outs).enumerate() {
+                let expected = xv.to_f64() * scale * w.to_f64();
+                let got = got.to_f64();
+                let rounded = T::from_f64(expected).to_f64();
+                let ok = if expected.is_nan() {
+                    got.is_nan()
+                } else if expected.is_infinite() || rounded.is_infinite() {
+                    got == rounded
+                } else {
+                    let tolerance = (rel + NORM_F32_SLACK) * expected.abs() + 2.0 * abs;
+                    got.is_finite() && (got - expected).abs() <= tolerance
+                };
+                if !ok {
+                    failures.add(|| {
+                        format!(
+                            "[row {row}, {k}] x {:e}, weight {:e}, row scale {scale:e} -> \
+                             expected {expected:e}, got {got:e}",
+                            xv.to_f64(),
+                            w.to_f64()
+                        )
+                    });
+                }
+            }
+        }
+        failures.into_result::<T>(output.len())
+    }
+}
+
+/// The wrong elements of a check: how many, and the first few in words.
+#[derive(Default)]
+struct Failures {
+    count: usize,
+    first: Vec<String>,
+}
+
+impl Failures {
+    fn add(&mut self, describe: impl FnOnce() -> String) {
+        self.count += 1;
+        if self.first.len() < 5 {
+            self.first.push(describe());
+        }
+    }
+
+    fn into_result<T: Element>(self, len: usize) -> Result<(), String> {
+        if self.count == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} of {len} {} elements wrong; first: {}",
+                self.count,
+                T::DTYPE.name(),
+                self.first.join("; ")
+            ))
+        }
+    }
+}
+
 /// Checks an all-gather output: the inputs concatenated in rank order, bit for bit.
 pub fn check_all_gather<T: Element>(
     inputs: &[Vec<T>],
@@ -429,6 +691,143 @@ mod tests {
         // Far off is wrong for NCCL too.
         let wrong = vec![bf16::from_f32(exact + 0.25)];
         assert!(check_nccl_all_reduce(&inputs, &wrong).is_err());
+    }
+
+    /// What a fused kernel computes, on the host in f32 as the kernels do
+    /// (sums in rank order then the residual, rounded once; the norm of the
+    /// rounded sums, each output rounded once): `(x, output)`.
+    fn fused_model<T: Element>(case: &AddRmsNormCase<T>, rule: SentinelRule) -> (Vec<T>, Vec<T>) {
+        let inputs: Vec<Vec<T>> = match rule {
+            SentinelRule::None => case.inputs.clone(),
+            _ => case
+                .inputs
+                .iter()
+                .map(|i| sentinel_substituted(i))
+                .collect(),
+        };
+        let mut x: Vec<T> = (0..case.residual.len())
+            .map(|i| {
+                let sum = inputs[1..]
+                    .iter()
+                    .fold(inputs[0][i].to_f64() as f32, |acc, v| {
+                        acc + v[i].to_f64() as f32
+                    });
+                T::from_f64(f64::from(sum + case.residual[i].to_f64() as f32))
+            })
+            .collect();
+        if rule == SentinelRule::InputsAndSums {
+            x = sentinel_substituted(&x);
+        }
+        let mut output = Vec::with_capacity(x.len());
+        for row in x.chunks_exact(case.hidden) {
+            let squares: f32 = row.iter().map(|v| (v.to_f64() as f32).powi(2)).sum();
+            let scale = 1.0 / (squares / case.hidden as f32 + case.eps).sqrt();
+            for (v, w) in row.iter().zip(&case.weight) {
+                let out = v.to_f64() as f32 * scale * w.to_f64() as f32;
+                output.push(T::from_f64(f64::from(out)));
+            }
+        }
+        (x, output)
+    }
+
+    #[test]
+    fn fused_cases_keep_special_values_to_every_third_row() {
+        let case = AddRmsNormCase::<bf16>::random(2, 6, 256, 3);
+        let special = |row: usize| {
+            case.inputs
+                .iter()
+                .chain([&case.residual])
+                .any(|t| t[row * 256..(row + 1) * 256].iter().any(|v| !v.is_finite()))
+        };
+        assert!(special(1) || special(4), "rows 1 and 4 carry NaN or inf");
+        for row in [0, 2, 3, 5] {
+            assert!(!special(row), "row {row}");
+        }
+        assert_eq!(case.weight.len(), 256);
+        assert!(case.inputs.iter().all(|i| i.len() == 6 * 256));
+    }
+
+    #[test]
+    fn the_fused_reference_accepts_the_kernels_arithmetic_in_every_dtype() {
+        fn accepts<T: Element>() {
+            for (world, rule) in [
+                (1, SentinelRule::Inputs),
+                (2, SentinelRule::Inputs),
+                (4, SentinelRule::InputsAndSums),
+                (8, SentinelRule::InputsAndSums),
+            ] {
+                let case = AddRmsNormCase::<T>::random(world, 7, 64, world as u64);
+                let (x, output) = fused_model(&case, rule);
+                case.check(SumPath::Fused(rule), 0, &x, &output)
+                    .unwrap_or_else(|e| panic!("{} world {world}: {e}", T::DTYPE.name()));
+            }
+        }
+        accepts::<bf16>();
+        accepts::<half::f16>();
+        accepts::<f32>();
+    }
+
+    #[test]
+    fn the_fused_reference_rejects_wrong_sums_norms_and_special_values() {
+        let case = AddRmsNormCase::<bf16>::random(2, 4, 64, 17);
+        let (x, output) = fused_model(&case, SentinelRule::Inputs);
+        let check =
+            |x: &[bf16], out: &[bf16]| case.check(SumPath::Fused(SentinelRule::Inputs), 0, x, out);
+        assert!(check(&x, &output).is_ok());
+        // A finite element of row 0 off by a few units: in x, in the output.
+        let i = (0..64)
+            .find(|&i| x[i].to_f64().abs() > 1.0)
+            .expect("a large element");
+        let mut off = x.clone();
+        off[i] = bf16::from_f64(x[i].to_f64() * 1.05);
+        assert!(check(&off, &output).unwrap_err().contains("new residual"));
+        let mut off = output.clone();
+        off[i] = bf16::from_f64(output[i].to_f64() * 1.05);
+        assert!(check(&x, &off).unwrap_err().contains("output"));
+        // The norm without the weight, or with another epsilon's scale.
+        let unweighted: Vec<bf16> = x
+            .chunks_exact(64)
+            .flat_map(|row| {
+                let squares: f64 = row.iter().map(|v| v.to_f64() * v.to_f64()).sum();
+                let scale = 1.0 / (squares / 64.0 + 1e-5).sqrt();
+                row.iter().map(move |v| bf16::from_f64(v.to_f64() * scale))
+            })
+            .collect();
+        assert!(check(&x, &unweighted).is_err());
+        // The residual's old value, and the poison, are no result.
+        assert!(check(&case.residual, &output).is_err());
+        let poisoned = vec![bf16::from_bits(0x5a5a); x.len()];
+        assert!(check(&x, &poisoned).is_err());
+        // A NaN where the reference is finite.
+        let mut nan = output.clone();
+        nan[i] = bf16::from_f64(f64::NAN);
+        assert!(check(&x, &nan).is_err());
+    }
+
+    #[test]
+    fn the_unfused_path_may_round_its_sums_twice() {
+        // 1 + 2^-8 rounds to 1 in bf16 (the all-reduce's sum), then + 2^-8
+        // rounds to 1 again, where the single rounding of 1 + 2^-7 gives
+        // 1.0078125: one unit apart, accepted; four units apart is not.
+        let case = AddRmsNormCase {
+            inputs: vec![
+                vec![bf16::from_f64(1.0); 64],
+                vec![bf16::from_f64(2f64.powi(-8)); 64],
+            ],
+            residual: vec![bf16::from_f64(2f64.powi(-8)); 64],
+            weight: vec![bf16::from_f64(1.0); 64],
+            hidden: 64,
+            eps: 1e-5,
+        };
+        let twice = vec![bf16::from_f64(1.0); 64];
+        let output = vec![bf16::from_f64(1.0); 64];
+        let tolerant = case.check(SumPath::Unfused(SentinelRule::None), 0, &twice, &output);
+        assert!(tolerant.is_ok(), "{tolerant:?}");
+        let far = vec![bf16::from_f64(1.03125); 64];
+        assert!(
+            case.check(SumPath::Unfused(SentinelRule::None), 0, &far, &output)
+                .is_err()
+        );
     }
 
     #[test]

@@ -19,6 +19,14 @@ use tuner::harness::validation::{
 
 pub mod skip;
 
+/// The collectives this harness calls: all-reduce and all-gather. The fused
+/// all-reduce + add + RMSNorm, with its residual, weight and second output,
+/// has its own suite (gpu_fused.rs).
+pub const PLAIN_COLLECTIVES: [Collective; 2] = [Collective::AllReduce, Collective::AllGather];
+
+/// What a case of the fused collective gets from this harness.
+pub const FUSED_ELSEWHERE: &str = "all_reduce_add_rmsnorm is tested by gpu_fused.rs";
+
 pub const NEEDS_GPU: &str = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine";
 
 /// Says that `test` did not run because it needs `needs` GPUs and `visible`
@@ -157,6 +165,9 @@ fn stage<T: Element>(rank: &RankComm, case: &Case, input: &[T]) -> Result<RankSt
                 .map_err(|e| format!("upload: {e:?}"))?;
             (upload::<T>(&stream, &[], 1)?, buffer)
         }
+        (Placement::InPlace, Collective::AllReduceAddRmsNorm) => {
+            return Err(FUSED_ELSEWHERE.into());
+        }
     };
     stream.synchronize().map_err(|e| format!("{e:?}"))?;
     Ok(RankState {
@@ -187,6 +198,9 @@ pub fn issue<T: Element>(
         }
         (Placement::InPlace, Collective::AllGather) => {
             rank.all_gather_in_place(&mut output, case.how)
+        }
+        (_, Collective::AllReduceAddRmsNorm) => {
+            Err(kernels::Error::Unsupported(FUSED_ELSEWHERE.into()))
         }
     }
 }
@@ -224,6 +238,7 @@ pub fn check_results<T: Element>(
         match collective {
             Collective::AllGather => check_all_gather(inputs, &states[r].result, pushed),
             Collective::AllReduce => check_all_reduce_of(ran, real_nccl, inputs, &states[r].result),
+            Collective::AllReduceAddRmsNorm => Err(FUSED_ELSEWHERE.into()),
         }
         .map_err(|e| format!("rank {r} ({}): {e}", ran.name()))
     };
@@ -352,6 +367,9 @@ pub fn graph<T: Element>(
                 stream
                     .memcpy_htod(input, &mut share)
                     .map_err(|e| format!("{e:?}"))?;
+            }
+            (Placement::InPlace, Collective::AllReduceAddRmsNorm) => {
+                return Err(FUSED_ELSEWHERE.into());
             }
         }
         let graph = state.graph.as_ref().expect("captured");

@@ -7,7 +7,7 @@ use kernels::{Algo, Collective, Element, Options, ProcessSpec, RankComm, Select,
 
 use crate::host::Kind;
 use crate::op::cuda::Call;
-use crate::op::{InPlace, Launch, OutOfPlace};
+use crate::op::{AddRmsNorm, InPlace, Launch, OutOfPlace};
 
 /// One rank of colltune's world, taking candle tensors: every call is one
 /// line, issued on candle's CUDA stream, and picks its algorithm from the
@@ -79,6 +79,30 @@ impl Comm {
         x.contiguous()?.apply_op1_no_bwd(&op)
     }
 
+    /// The all-reduce of a row-parallel projection fused with the residual
+    /// add and the RMSNorm after it: `x = Σ_ranks partial + residual`, then
+    /// `x / sqrt(mean(x²) + eps) · weight` per row (the last dimension;
+    /// `weight` has one row's elements, a multiple of 8 from 64 to 16384).
+    /// Returns `(normalised, x)`, two tensors of `partial`'s shape; the
+    /// tensors passed in are left as they were. colltune's tables pick a fused
+    /// kernel or the unfused path (the all-reduce its table picks, then its
+    /// add + RMSNorm kernel), as for any collective.
+    pub fn all_reduce_add_rms_norm(
+        &self,
+        partial: &Tensor,
+        residual: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+    ) -> Result<(Tensor, Tensor)> {
+        let op = AddRmsNorm { eps, on: self };
+        let both = partial.contiguous()?.apply_op3_no_bwd(
+            &residual.contiguous()?,
+            &weight.contiguous()?,
+            &op,
+        )?;
+        Ok((both.get(0)?, both.get(1)?))
+    }
+
     /// Sums `x` over the ranks in place. `x` must be contiguous.
     pub fn all_reduce_in_place(&self, x: &Tensor) -> Result<()> {
         x.inplace_op1(&InPlace {
@@ -144,6 +168,21 @@ impl Launch for Comm {
             (Kind::AllGather, Call::InPlace(mut buffer)) => {
                 rank.all_gather_in_place(&mut buffer, how)
             }
+            (
+                Kind::AddRmsNorm,
+                Call::AddRmsNorm {
+                    input,
+                    mut residual,
+                    weight,
+                    eps,
+                    mut output,
+                },
+            ) => rank.all_reduce_add_rmsnorm(&input, &mut residual, &weight, eps, &mut output, how),
+            (kind, _) => candle_core::bail!(
+                "colltune {} on rank {}: called with another collective's tensors",
+                kind.name(),
+                rank.rank()
+            ),
         };
         let algo = ran.map_err(|e| {
             candle_core::Error::Msg(format!(
@@ -155,6 +194,7 @@ impl Launch for Comm {
         let collective = match kind {
             Kind::AllReduce => Collective::AllReduce,
             Kind::AllGather => Collective::AllGather,
+            Kind::AddRmsNorm => Collective::AllReduceAddRmsNorm,
         };
         self.record(collective, algo);
         Ok(())

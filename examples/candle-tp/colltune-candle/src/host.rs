@@ -11,6 +11,8 @@ use candle_core::{DType, Layout, Result, Shape, bail};
 pub enum Kind {
     AllReduce,
     AllGather,
+    /// The all-reduce with the residual add and the RMSNorm after it.
+    AddRmsNorm,
 }
 
 impl Kind {
@@ -19,6 +21,7 @@ impl Kind {
         match self {
             Kind::AllReduce => "all_reduce",
             Kind::AllGather => "all_gather",
+            Kind::AddRmsNorm => "all_reduce_add_rmsnorm",
         }
     }
 }
@@ -65,9 +68,18 @@ pub fn span(kind: Kind, layout: &Layout) -> Result<Range<usize>> {
 /// the input's for an all-reduce; for an all-gather, the ranks' inputs
 /// stacked along the first dimension in rank order (`[d0, d1, …]` gives
 /// `[world × d0, d1, …]`, a scalar `[world]`), as NCCL lays them out.
+///
+/// The fused all-reduce + add + RMSNorm makes two tensors of the input's
+/// shape, stacked: `[2, d0, d1, …]` (the normalised rows, then the new
+/// residual).
 pub fn output_shape(kind: Kind, shape: &Shape, world: usize) -> Shape {
     match kind {
         Kind::AllReduce => shape.clone(),
+        Kind::AddRmsNorm => {
+            let mut dims = vec![2];
+            dims.extend_from_slice(shape.dims());
+            Shape::from(dims)
+        }
         Kind::AllGather => {
             let mut dims = shape.dims().to_vec();
             match dims.first_mut() {
@@ -91,6 +103,44 @@ pub fn gather_rows(shape: &Shape, world: usize) -> Result<()> {
             shape.dims()
         ),
     }
+}
+
+/// The fused all-reduce + add + RMSNorm's tensors: the partial sums and the
+/// residual of one shape, rows along the last dimension, the weight of one
+/// row, all of one dtype. Returns the hidden size (colltune checks the rest:
+/// a multiple of 8 in 64..=16384).
+pub fn norm_shapes(
+    partial: (&Shape, DType),
+    residual: (&Shape, DType),
+    weight: (&Shape, DType),
+) -> Result<usize> {
+    let name = Kind::AddRmsNorm.name();
+    if partial.1 != residual.1 || partial.1 != weight.1 {
+        bail!(
+            "colltune {name}: partial sums of {:?}, residual of {:?}, weight of {:?}; they must \
+             be of one dtype",
+            partial.1,
+            residual.1,
+            weight.1
+        );
+    }
+    if partial.0 != residual.0 {
+        bail!(
+            "colltune {name}: partial sums of shape {:?} but a residual of shape {:?}",
+            partial.0.dims(),
+            residual.0.dims()
+        );
+    }
+    let Some(&hidden) = partial.0.dims().last() else {
+        bail!("colltune {name}: a scalar has no rows");
+    };
+    if weight.0.dims() != [hidden] {
+        bail!(
+            "colltune {name}: rows of {hidden} elements but a weight of shape {:?}",
+            weight.0.dims()
+        );
+    }
+    Ok(hidden)
 }
 
 /// The refusal of a tensor on the CPU.
@@ -159,6 +209,38 @@ mod tests {
         for world in 1..=8 {
             let gathered = output_shape(Kind::AllGather, &input, world);
             assert_eq!(gathered.elem_count(), world * input.elem_count());
+        }
+    }
+
+    #[test]
+    fn the_fused_call_stacks_its_two_outputs_and_checks_its_shapes() {
+        let shape = |dims: &[usize]| Shape::from(dims.to_vec());
+        assert_eq!(
+            output_shape(Kind::AddRmsNorm, &shape(&[3, 64]), 4),
+            shape(&[2, 3, 64])
+        );
+        let bf16 = DType::BF16;
+        let rows = shape(&[3, 64]);
+        let ok = norm_shapes((&rows, bf16), (&rows, bf16), (&shape(&[64]), bf16));
+        assert_eq!(ok.unwrap(), 64);
+        let refusals = [
+            norm_shapes(
+                (&rows, bf16),
+                (&shape(&[3, 72]), bf16),
+                (&shape(&[64]), bf16),
+            ),
+            norm_shapes((&rows, bf16), (&rows, bf16), (&shape(&[72]), bf16)),
+            norm_shapes((&rows, bf16), (&rows, bf16), (&shape(&[1, 64]), bf16)),
+            norm_shapes((&rows, bf16), (&rows, DType::F32), (&shape(&[64]), bf16)),
+            norm_shapes(
+                (&shape(&[]), bf16),
+                (&shape(&[]), bf16),
+                (&shape(&[1]), bf16),
+            ),
+        ];
+        for refused in refusals {
+            let message = refused.unwrap_err().to_string();
+            assert!(message.contains("all_reduce_add_rmsnorm"), "{message}");
         }
     }
 
