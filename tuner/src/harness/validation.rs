@@ -358,7 +358,7 @@ impl<T: Element> AddRmsNormCase<T> {
     /// (plus `extra_roundings` roundings of the sums, for NCCL's); the output
     /// against `x · w / sqrt(mean(x²) + eps)` computed in f64 from the `x` the
     /// kernel stored (the norm is taken of the rounded sum), within one unit
-    /// in the last place of the dtype and [`NORM_F32_SLACK`]. NaN must be
+    /// in the last place of the dtype and `NORM_F32_SLACK` (2^-17). NaN must be
     /// NaN, an infinity the same infinity.
     pub fn check(
         &self,
