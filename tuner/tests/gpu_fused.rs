@@ -18,7 +18,7 @@ use half::{bf16, f16};
 use kernels::{Element, Error, Options, RankComm, Select, World};
 use policy::{Algo, Collective, DType, Mode};
 use tuner::harness::concurrent::for_each_rank;
-use tuner::harness::timing::{TimingSpec, measure, poison, unfused_all_reduce, validate};
+use tuner::harness::timing::{TimingSpec, poison, unfused_all_reduce, validate};
 use tuner::harness::validation::{AddRmsNormCase, SumPath, check_identical};
 use tuner::harness::world::measuring;
 
@@ -701,20 +701,7 @@ fn fused_timing_measure_and_validate() {
                 warmup: 3,
                 hidden: 4096,
             };
-            let timed = measure(&mut ranks, &spec)
-                .map_err(|e| e.to_string())
-                .and_then(|us| {
-                    eprintln!("   {} {}: {us:.2?} us/call", algo.name(), mode.name());
-                    if us.len() == 5
-                        && us
-                            .iter()
-                            .all(|t| t.is_finite() && *t > 0.0 && *t < 10_000.0)
-                    {
-                        Ok(())
-                    } else {
-                        Err(format!("implausible samples {us:?}"))
-                    }
-                });
+            let timed = gpu_common::measure_plausibly(&mut ranks, &spec);
             suite.record(&format!("measure {} {}", algo.name(), mode.name()), timed);
         }
     }

@@ -1117,20 +1117,7 @@ fn timing_measure_and_verify() {
                 warmup: 3,
                 hidden: 0,
             };
-            let timed = measure(&mut ranks, &spec)
-                .map_err(|e| e.to_string())
-                .and_then(|us| {
-                    eprintln!("   {} {}: {us:.2?} us/call", algo.name(), mode.name());
-                    if us.len() == 5
-                        && us
-                            .iter()
-                            .all(|t| t.is_finite() && *t > 0.0 && *t < 10_000.0)
-                    {
-                        Ok(())
-                    } else {
-                        Err(format!("implausible samples {us:?}"))
-                    }
-                });
+            let timed = gpu_common::measure_plausibly(&mut ranks, &spec);
             suite.record(&format!("measure {} {}", algo.name(), mode.name()), timed);
         }
     }

@@ -12,7 +12,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
 use kernels::{Captured, Element, Fallback, RankComm, Select};
 use policy::{Algo, Collective};
 use tuner::harness::concurrent::for_each_rank;
-use tuner::harness::timing::poison;
+use tuner::harness::timing::{TimingSpec, measure, poison};
 use tuner::harness::validation::{
     check_all_gather, check_all_reduce_of, check_identical, random_inputs,
 };
@@ -448,4 +448,21 @@ pub fn fill_bytes<T: cudarc::driver::DeviceRepr>(
     // SAFETY: the range is the live allocation behind `slice`.
     unsafe { cudarc::driver::result::memset_d8_async(ptr, byte, bytes, stream.cu_stream()) }
         .unwrap();
+}
+
+/// `measure` of `spec`, printed, and judged plausible: as many samples as
+/// asked, each finite, positive and below 10 ms a call.
+pub fn measure_plausibly(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<(), String> {
+    let us = measure(ranks, spec).map_err(|e| e.to_string())?;
+    eprintln!(
+        "   {} {}: {us:.2?} us/call",
+        spec.algo.name(),
+        spec.mode.name()
+    );
+    let plausible = |t: &f64| t.is_finite() && *t > 0.0 && *t < 10_000.0;
+    if us.len() == spec.samples as usize && us.iter().all(plausible) {
+        Ok(())
+    } else {
+        Err(format!("implausible samples {us:?}"))
+    }
 }
