@@ -184,7 +184,10 @@ __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
             lamport_push((char*)a.push_bufs[s] + my_slot + j * 16u, p);
         });
     }
-    const u32 shake = lamport_handshake_peer<W>(a, block_has_work<W>(a, sh.shard));
+    // Lanes in every block that uses peers' data: a block with shard work
+    // (steps 1 and 3) or with rows (step 4, which rows_of deals to blocks by
+    // another rule). A block with work and no lanes would find no verdict.
+    const u32 shake = lamport_handshake_peer<W>(a, block_has_work<W>(a, sh.shard) || rows_of<E>(a).block_has_work());
     if (shake != CT_NO_PEER && blockIdx.x == 0u) handshake_send(a, shake, state.calls);
     // 2. Re-arm the previous push-family call's buffer.
     rearm_previous<W>(a, state, previous_buffer(state.push_phase), first, stride);

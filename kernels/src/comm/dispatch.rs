@@ -194,8 +194,11 @@ impl RankComm {
     /// Ranks whose calls differ get [`Error::Mismatch`] where a fused kernel
     /// runs, as for the other collectives (the hidden size is part of the
     /// call); the unfused path checks what its all-reduce checks. A call that
-    /// fails leaves every word of `output` and of `residual` marked (all bits
-    /// set), none looking like a result.
+    /// fails is an error, and a fused kernel leaves no word of `output` or of
+    /// `residual` stale: each is the result or marked (all bits set); when
+    /// the unfused path's all-reduce is NCCL, its failure is the error but
+    /// the outputs hold what the norm made of NCCL's output (kernels/GPU.md,
+    /// "The fused all-reduce + add + RMSNorm").
     ///
     /// [`HIDDEN_STEP`]: crate::HIDDEN_STEP
     /// [`HIDDEN_MIN`]: crate::HIDDEN_MIN
