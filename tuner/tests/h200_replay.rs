@@ -1,13 +1,20 @@
-//! The world-size-2 sweep on 2 x H200 of 2026-12-01
-//! (`tuned/sm90-nvlink.evidence.json`: 2449 points measured in 2m 21s, per
-//! `tuner/runs/2026-12-01-h200-x2/sweep-ws2-final.log`), replayed from its
-//! evidence (`common::replay`, eager NCCL's 20 % noise included), so that
-//! today's sweep and `verify` can be costed, and their bands compared,
-//! without a GPU.
+//! Sweeps on H200, replayed from their committed evidence
+//! (`common::replay`), so that today's sweep and `verify` can be costed, and
+//! their bands compared, without a GPU:
+//!
+//! - the world-size-2 sweep on 2 x H200 of 2026-12-01
+//!   (`tuned/sm90-nvlink.evidence.json`: 2449 points measured in 2m 21s, per
+//!   `tuner/runs/2026-12-01-h200-x2/sweep-ws2-final.log`), eager NCCL's 20 %
+//!   noise included;
+//! - a loopback sweep of world size 2 on one H200 of 2026-12-02
+//!   (`tuner/runs/2026-12-02-loopback-sweep/`), whose eager keys have several
+//!   candidates within a few per cent of each other at most sizes: where a
+//!   sampling rule that splits ties spends its rounds.
 
 mod common;
 
 use policy::{Algo, Band, Collective, TableKey};
+use tuner::evidence::PointOrigin;
 use tuner::fit::{FitSettings, fit};
 use tuner::observe::{Quiet, RunStatus};
 use tuner::sweep::{SweepSettings, sweep};
@@ -120,4 +127,71 @@ fn verify_of_the_committed_table_passes_on_the_replay() {
     assert_eq!(report.keys.len(), 12);
     assert_eq!(report.verdict(), Some(Verdict::Pass), "{}", report.render());
     assert!(report.keys.iter().all(|k| k.edges.sizes >= 8));
+}
+
+const LOOPBACK: Recording = Recording {
+    evidence: "runs/2026-12-02-loopback-sweep/new-sm90-loopback.evidence.json",
+    date: "2026-12-02",
+    points: 3804,
+    seconds: 96.0,
+};
+
+/// What the same sweep (`tuner sweep --loopback --world-sizes 2 --max-bytes
+/// 16MiB`) took on the same machine with the tuner of a84ce51, before issue
+/// 33's statistics (its log and evidence are beside LOOPBACK's): the issue
+/// lets a world size's sweep grow by at most 10 % over it.
+const BEFORE_SECONDS: f64 = 73.0;
+
+/// The loopback sweep, replayed: its eager keys have two to four candidates
+/// within a few per cent of each other at most sizes, with a spread of about
+/// 9 % per sample, so whatever the sampling rule spends on ties shows here.
+/// It costs at most 10 % more time than the sweep of a84ce51 on the same
+/// machine did.
+#[test]
+fn the_loopback_sweep_costs_at_most_a_tenth_more_than_before() {
+    let mut replay = Replay::new(&LOOPBACK, 3);
+    let settings = SweepSettings {
+        world_sizes: vec![2],
+        max_bytes: 16 << 20,
+        ..SweepSettings::default()
+    };
+    let outcome = sweep(&mut replay, &settings, LOOPBACK.date, &mut Quiet).unwrap();
+    assert_eq!(outcome.status, RunStatus::Complete);
+    let result = fit(&outcome.evidence, &FitSettings::default());
+    let (mut points, mut samples) = (0, 0);
+    for key in &outcome.evidence.keys {
+        let count = |bisect: bool| {
+            key.points
+                .iter()
+                .filter(|p| (p.origin == PointOrigin::Bisect) == bisect)
+                .map(|p| p.samples_us.len())
+                .sum::<usize>()
+        };
+        let bands = &result
+            .keys
+            .iter()
+            .find(|k| k.key == key.key())
+            .unwrap()
+            .bands;
+        let (mean, worst) = replay.regret(key.key(), bands);
+        println!(
+            "{}: {} points, {} samples at grid sizes, {} at probes; {} bands, regret on the recording: mean {:.2}%, worst {:.2}%",
+            key.key(),
+            key.points.len(),
+            count(false),
+            count(true),
+            bands.len(),
+            mean * 100.0,
+            worst * 100.0
+        );
+        points += key.points.len();
+        samples += count(false) + count(true);
+    }
+    let seconds = replay.seconds();
+    println!(
+        "replayed loopback sweep: {points} points, {samples} samples, about {seconds:.0} s \
+         (recorded: {} points in {} s; a84ce51: {BEFORE_SECONDS} s)",
+        LOOPBACK.points, LOOPBACK.seconds
+    );
+    assert!(seconds <= 1.1 * BEFORE_SECONDS, "{seconds:.0} s");
 }

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-use policy::{Algo, Collective, DType, TableKey};
+use policy::{Algo, Band, Collective, DType, TableKey};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tuner::backend::{Backend, BackendError, PlatformDesc, Repetitions, Validated};
@@ -136,6 +136,36 @@ impl Replay {
         let w = (ln(bytes) - ln(lo.bytes)) / (ln(hi.bytes) - ln(lo.bytes));
         let median = (lo.median.ln() * (1.0 - w) + hi.median.ln() * w).exp();
         Some((median, if w < 0.5 { lo } else { hi }))
+    }
+
+    /// The regret of `bands` at every recorded size of `key`, against the
+    /// fastest algorithm recorded there (by its recorded median): the
+    /// mean and the worst over those sizes. A choice that did not run at
+    /// a size (past its capacity) is the collective's fallback there.
+    pub fn regret(&self, key: TableKey, bands: &[Band]) -> (f64, f64) {
+        let Some(ran) = self.evidence.keys.iter().find(|k| k.key() == key) else {
+            return (0.0, 0.0);
+        };
+        let regrets: Vec<f64> = ran
+            .by_size()
+            .into_keys()
+            .filter_map(|bytes| {
+                let recorded = |algo| self.at(key, algo, bytes).filter(|a| a.1.bytes == bytes);
+                let best = Algo::ALL
+                    .iter()
+                    .filter_map(|&algo| recorded(algo).map(|a| a.0))
+                    .fold(f64::INFINITY, f64::min);
+                let choice = bands
+                    .iter()
+                    .find(|b| b.max.is_none_or(|m| bytes <= m))?
+                    .algo;
+                let chosen = recorded(choice).or_else(|| recorded(key.collective.fallback()))?;
+                Some(chosen.0 / best - 1.0)
+            })
+            .collect();
+        let worst = regrets.iter().copied().fold(0.0, f64::max);
+        let mean = regrets.iter().sum::<f64>() / regrets.len().max(1) as f64;
+        (mean, worst)
     }
 }
 
