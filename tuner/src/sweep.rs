@@ -7,11 +7,11 @@
 //! and every other whose choice against it is open: the interval of their
 //! ratio straddles `1 − margin` and one of its ends lies farther than the
 //! margin from the estimate. Once both ends are within the margin, a call
-//! the fit makes on the estimate costs at most about twice the margin even
-//! where it is wrong (a tie called at the margin, the truth at the
-//! interval's end): the bound an interval no wider than the margin gives,
-//! for about a quarter of the samples, so more rounds would only split ties
-//! the fit gives away anyway.
+//! the fit makes on the estimate costs at most about twice the margin
+//! wherever in the interval the truth lies (a tie called at the margin, the
+//! truth at the interval's end): the bound an interval no wider than the
+//! margin gives, for about a quarter of the samples, so more rounds would
+//! only split ties the fit gives away anyway.
 //!
 //! Probing: between two neighbouring measured sizes whose fastest algorithms
 //! differ (by the medians), the geometric midpoint is measured and settled
