@@ -2,10 +2,11 @@
 //! more rounds where the choice at that size is open: on the fastest
 //! candidate and every other whose ratio of medians to it has an interval
 //! that straddles the margin (more samples could still say whether the
-//! fastest wins by more than the margin, or the two tie). Every such
-//! candidate, not only the runner-up: `fit` compares the fastest with the
-//! band below, which may be any of them. Shared by `sweep` (grid points and
-//! bisection probes) and `verify` (held-out sizes).
+//! fastest wins by more than the margin, or the two tie) and is not yet
+//! known to within the resolution either way. Every such candidate, not
+//! only the runner-up: `fit` compares the fastest with the band below, which
+//! may be any of them. Shared by `sweep` (grid points and bisection probes)
+//! and `verify` (held-out sizes).
 //!
 //! Rounds of several candidates are interleaved (one round each in turn, the
 //! order reversed every round), so a machine whose speed drifts during the
@@ -27,9 +28,13 @@ pub type Column = BTreeMap<Algo, PointEvidence>;
 pub struct Effort {
     pub reps: Repetitions,
     /// The fit's margin: the choice between the fastest candidate and
-    /// another is open while the interval of their ratio holds `1 − margin`.
+    /// another is open while the interval of their ratio holds `1 − margin`…
     pub margin: f64,
-    /// Coverage of that interval.
+    /// …and either end of it lies farther than this fraction from the
+    /// estimate (closer, the ratio is known well enough whichever side of
+    /// the margin it falls)…
+    pub resolution: f64,
+    /// …at this coverage.
     pub confidence: f64,
     /// Extra rounds an open choice may get at a grid point (or a held-out
     /// size in `verify`)…
@@ -112,22 +117,26 @@ pub fn interleaved_round(
 
 /// The fastest candidate at a size (by median) and every other whose choice
 /// against it is open: the interval of the fastest's median over the
-/// other's holds `1 − margin` and is wider than the margin. `None` when no
-/// choice is open.
-pub fn open_contest(column: &Column, margin: f64, confidence: f64) -> Option<Vec<Algo>> {
+/// other's holds `1 − margin`, and one of its ends lies farther than the
+/// resolution from the estimate. `None` when no choice is open.
+pub fn open_contest(column: &Column, effort: &Effort) -> Option<Vec<Algo>> {
     let mut by_median: Vec<(Algo, f64)> = medians(column).into_iter().collect();
     by_median.sort_by(|a, b| a.1.total_cmp(&b.1));
     let (fast, _) = *by_median.first()?;
+    let threshold = 1.0 - effort.margin;
+    let known = 1.0 + effort.resolution;
     let open: Vec<Algo> = by_median[1..]
         .iter()
         .filter(|(other, _)| {
             stats::ratio(
                 &column[&fast].samples_us,
                 &column[other].samples_us,
-                confidence,
+                effort.confidence,
             )
             .is_some_and(|r| {
-                r.low <= 1.0 - margin && 1.0 - margin <= r.high && r.high - r.low > margin
+                r.low <= threshold
+                    && threshold <= r.high
+                    && (r.ratio / r.low > known || r.high / r.ratio > known)
             })
         })
         .map(|(algo, _)| *algo)
@@ -146,7 +155,7 @@ pub fn settle(
     effort: &Effort,
 ) -> Result<u32, (Algo, BackendError)> {
     for round in 0..max_rounds {
-        let Some(open) = open_contest(column, effort.margin, effort.confidence) else {
+        let Some(open) = open_contest(column, effort) else {
             return Ok(round);
         };
         interleaved_round(backend, key, column, &open, round, effort.reps)?;
@@ -197,6 +206,7 @@ mod tests {
                 warmup: 0,
             },
             margin: 0.02,
+            resolution: 0.01,
             confidence: 0.95,
             max_remeasure_rounds: 2,
             max_probe_rounds: 3,
@@ -286,7 +296,7 @@ mod tests {
         assert_eq!(samples(Algo::Nccl), 25, "NCCL is clearly out");
         assert!(samples(Algo::OneShotPull) > 25);
         assert!(samples(Algo::OneShotPush) > 25);
-        assert!(open_contest(&column, 0.02, 0.95).is_none() || rounds == 12);
+        assert!(open_contest(&column, &effort()).is_none() || rounds == 12);
         assert_eq!(fastest(&column), Some(Algo::OneShotPull));
     }
 }

@@ -3,14 +3,25 @@
 //! grid points wherever the fastest algorithm changes, recording every sample
 //! as evidence.
 //!
+//! Extra rounds at a size (`candidates::settle`) go to the fastest candidate
+//! and every other whose choice against it is open: the interval of their
+//! ratio straddles `1 − margin` and one of its ends lies farther than the
+//! margin from the estimate. Once both ends are within the margin, a call
+//! the fit makes on the estimate costs at most about twice the margin
+//! wherever in the interval the truth lies (a tie called at the margin, the
+//! truth at the interval's end): the bound an interval no wider than the
+//! margin gives, for about a quarter of the samples, so more rounds would
+//! only split ties the fit gives away anyway.
+//!
 //! Probing: between two neighbouring measured sizes whose fastest algorithms
 //! differ (by the medians), the geometric midpoint is measured and settled
 //! like any size, and each half is probed again, until the two sizes are
 //! within `bisect_resolution` of each other, the two algorithms are within
 //! the margin of each other at both ends by the interval of their ratio (then
 //! any edge between them costs less than that), or the bracket's
-//! `max_bisect_steps` probes are spent. A third algorithm that wins at a
-//! probe gets its own edges the same way.
+//! `max_bisect_steps` probes are spent: enough to bring one crossing between
+//! grid points to the resolution. A third algorithm that wins at a probe
+//! gets its own edges the same way, within the same probes.
 //!
 //! Every rank agrees on every choice by construction: one process drives all
 //! ranks, a sample is the maximum over ranks, and the choice is made once from
@@ -54,7 +65,8 @@ pub struct SweepSettings {
     pub max_bytes: u64,
     pub reps: Repetitions,
     /// The fit's margin: at a size, the fastest candidate and every other get
-    /// more rounds while the interval of their ratio holds `1 − margin`…
+    /// more rounds while the interval of their ratio holds `1 − margin` and
+    /// is not known to within the margin either way…
     pub margin: f64,
     /// …at this coverage…
     pub confidence: f64,
@@ -92,7 +104,8 @@ impl Default for SweepSettings {
             confidence: CONFIDENCE,
             max_remeasure_rounds: DEFAULT_REMEASURE_ROUNDS,
             bisect_resolution: 0.02,
-            max_bisect_steps: 8,
+            // 2^5 halvings bring a grid step (at most × 1.5) to 2 %.
+            max_bisect_steps: 5,
             max_probe_rounds: DEFAULT_PROBE_ROUNDS,
         }
     }
@@ -104,6 +117,7 @@ impl SweepSettings {
         Effort {
             reps: self.reps,
             margin: self.margin,
+            resolution: self.margin,
             confidence: self.confidence,
             max_remeasure_rounds: self.max_remeasure_rounds,
             max_probe_rounds: self.max_probe_rounds,

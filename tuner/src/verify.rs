@@ -92,6 +92,9 @@ impl Default for VerifySettings {
                     warmup: 5,
                 },
                 margin: crate::fit::DEFAULT_MARGIN,
+                // Finer than the sweep's: the rounds here find the rival,
+                // which may be within the margin of the choice.
+                resolution: crate::fit::DEFAULT_MARGIN / 2.0,
                 confidence: CONFIDENCE,
                 max_remeasure_rounds: 2,
                 max_probe_rounds: 3,

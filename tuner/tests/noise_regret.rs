@@ -192,6 +192,7 @@ fn check(first_seed: u64, noise: f64, shape: NoiseShape, drift: Option<Drift>) {
     let mut worst_seen: f64 = 0.0;
     let mut keys = 0;
     let (mut over, mut naive_over) = (0, 0);
+    let mut samples = 0;
     for seed in first_seed..first_seed + SEEDS {
         let mut config = SyntheticConfig::shaped(noise, seed);
         config.noise_shape = shape;
@@ -199,6 +200,8 @@ fn check(first_seed: u64, noise: f64, shape: NoiseShape, drift: Option<Drift>) {
         let mut backend = SyntheticBackend::new(config);
         let outcome = sweep(&mut backend, &settings(), "2026-01-01", &mut Quiet).unwrap();
         assert_eq!(outcome.status, RunStatus::Complete);
+        let points = outcome.evidence.keys.iter().flat_map(|k| &k.points);
+        samples += points.map(|p| p.samples_us.len()).sum::<usize>();
         let result = fit(&outcome.evidence, &FitSettings::default());
         let doc = build_document(&outcome.evidence, &result, None, Vec::new());
         let naive = naive_regret(&backend, &outcome.evidence);
@@ -221,7 +224,7 @@ fn check(first_seed: u64, noise: f64, shape: NoiseShape, drift: Option<Drift>) {
         }
     }
     println!(
-        "noise {:.0}% {shape:?}, drift {drift:?}: {keys} keys, worst true regret {:.2}%, keys over a limit: {over} (naive fit: {naive_over})",
+        "noise {:.0}% {shape:?}, drift {drift:?}: {keys} keys, {samples} samples, worst true regret {:.2}%, keys over a limit: {over} (naive fit: {naive_over})",
         noise * 100.0,
         worst_seen * 100.0
     );
