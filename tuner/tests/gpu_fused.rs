@@ -80,7 +80,8 @@ fn stage<T: Element>(
     })
 }
 
-/// Loads `case` into tensors staged before (a graph's replay reads them).
+/// Loads `case` into tensors staged before (a graph's replay reads them):
+/// its inputs, residual and weight (every case has a weight of its own).
 fn restage<T: Element>(
     rank: &RankComm,
     case: &AddRmsNormCase<T>,
@@ -92,6 +93,9 @@ fn restage<T: Element>(
         .map_err(drv)?;
     stream
         .memcpy_htod(&case.residual, &mut t.residual)
+        .map_err(drv)?;
+    stream
+        .memcpy_htod(&case.weight, &mut t.weight)
         .map_err(drv)?;
     poison(stream, &mut t.output).map_err(|e| e.to_string())?;
     stream.synchronize().map_err(drv)
@@ -229,7 +233,7 @@ fn eager<T: Element>(
 }
 
 /// `algo` captured into a graph on every rank, replayed once and checked;
-/// then the inputs and residual reloaded with other data, the output
+/// then the inputs, residual and weight reloaded with other data, the output
 /// poisoned again, replayed once more and checked (a replay that used stale
 /// pointers would show the first data).
 fn graph<T: Element>(
