@@ -138,6 +138,74 @@ CT_KERNEL colltune_two_shot_push_all_reduce_f32(const CollArgs a) { two_shot_pus
 // after x of it arrived, which its shard's rank sent only after it had read
 // every rank's input and its residual of pack i. A world of one scatters
 // nothing: it adds and normalises its own rows.
+//
+// A failed call: steps 3 and 4 give a pack to two threads by two mappings
+// (shards, rows), so a block that fails in step 4 may mark a pack of shard
+// `rank` (the residual, and in place the input) while another block's step-3
+// thread has yet to read it, and would send every peer an x built from the
+// marks: a peer whose data had all arrived would finish its call Ok with
+// them. So a step-3 thread leaves in its own slot, for every pack whose x it
+// will not send (its block failed or was poisoned), the mark (all-ones)
+// instead of x; and a row thread marks a pack of shard `rank` only once that
+// own-slot pack holds x or the mark (bounded: mark_failed_own_rows). The own
+// slot is polled in step 4 anyway, so the success path only counts the packs
+// it took there and tells the mark from x (no sum is all-ones: the f32 sum
+// and its conversion give canonical NaNs).
+
+// The mark of a pack whose x a step-3 thread will not send: every 32-bit word
+// all-ones, never the sentinel.
+__device__ __forceinline__ bool is_failed_mark(const Pack& v) {
+    return (v.w[0] & v.w[1] & v.w[2] & v.w[3]) == 0xffffffffu;
+}
+
+// Step 3's packs of shard `rank` this thread will not send, from `j` on
+// (grid-stride, below `own`): the mark in the own slot, so that the row
+// threads waiting for them stop. Not inlined (the cold path), on scalars.
+__device__ __noinline__ void mark_unsent_own_packs(char* own_slot, u64 j, u64 stride, u64 own) {
+    Pack nan;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) nan.w[k] = 0xffffffffu;
+    for (; j < own; j += stride) st_pack_sys(own_slot + j * 16u, nan);
+}
+
+// mark_failed_row_packs for a failed two_shot_push_add_rmsnorm: the same
+// packs, but one of shard `rank` only once its step-3 thread is done reading
+// it, i.e. once its pack of the own slot (`push` + `own_slot` bytes) holds x
+// or the mark, unless it is one of the first `taken` of them, which this
+// thread already took from there (and re-armed). The wait is bounded by
+// `timeout_ns` over all of this thread's packs: the step-3 threads' own waits
+// stop as soon as their rank has failed, which it has. Not inlined (the cold
+// path), on scalars; the shard is worked out again here, so that the kernel
+// keeps nothing of it live through step 4.
+__device__ __noinline__ void mark_failed_own_rows(char* out, char* residual, bool aligned, u64 rows, u32 row_packs,
+                                                  u32 group, u32 groups, u64 push, u64 own_slot, u64 bytes,
+                                                  u32 world, u32 rank, u32 taken, u64 timeout_ns) {
+    Pack nan;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) nan.w[k] = 0xffffffffu;
+    const u32 g = threadIdx.x / group;
+    if (g >= groups) return;
+    const u64 packs = bytes / 16u;
+    const u64 shard = (packs + world - 1u) / world;
+    const u64 own_first = rank * shard;
+    const u64 own = packs > own_first ? (packs - own_first < shard ? packs - own_first : shard) : 0u;
+    const char* slot = (const char*)push + own_slot;
+    u32 met = 0;    // packs of shard `rank` met so far, in the order step 4 takes them
+    u64 start = 0;  // when the first wait began
+    for (u64 row = (u64)blockIdx.x * groups + g; row < rows; row += (u64)gridDim.x * groups)
+        for (u32 p = threadIdx.x - g * group; p < row_packs; p += group) {
+            const u64 i = row * row_packs + p;
+            const u64 j = i - own_first;  // wraps below own_first: then j >= own
+            if (j < own && met++ >= taken) {
+                if (start == 0) start = globaltimer_ns();
+                while (has_sentinel(ld_pack_sys(slot + j * 16u)) && globaltimer_ns() - start <= timeout_ns) {
+                }
+            }
+            st_io(out + i * 16u, nan, aligned);
+            st_io(residual + i * 16u, nan, aligned);
+        }
+}
+
 template <int W, typename E>
 __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
     dependent_launch_prologue();
@@ -150,11 +218,24 @@ __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
     const char* in = (const char*)a.input;
     const char* res = (const char*)a.residual;
     auto input = [&](u32 s, u64 j) { return without_sentinel(ld_io(in + (s * sh.shard + j) * 16u, aligned)); };
+    // Shard `rank`: packs own_first .. own_first + own.
+    const u64 own_first = rank * sh.shard;
+    const u64 own = packs > own_first ? (packs - own_first < sh.shard ? packs - own_first : sh.shard) : 0u;
 
     Pack v[World<W>::UNROLL][World<W>::SLOTS];
     load_shards<W, World<W>::UNROLL>(a, Step{first, stride, sh.shard}, sh, v, input);
     CallState& state = begin_call(ctrl_of(a, rank));
+    const u64 buffer = (u64)state.push_phase * World<W>::size(a) * a.slot_bytes;
+    const u64 my_slot = buffer + (u64)rank * a.slot_bytes;
+    const char* mine = (const char*)a.push_bufs[rank] + buffer;
+    char* const own_slot = (char*)a.push_bufs[rank] + my_slot;
     if (state.poisoned) {
+        // This block's step-3 threads send nothing: the mark, for the row
+        // threads of blocks that began before the fault (one the host wrote
+        // while this call ran). Its own rows are marked at once: a block that
+        // sees the fault as it begins cannot tell one of this call from an
+        // earlier call's, after which no block reads anything.
+        if (World<W>::size(a) > 1u) mark_unsent_own_packs(own_slot, first, stride, own);
         mark_failed_rows<E>(a);
         return;
     }
@@ -172,9 +253,6 @@ __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
         return;
     }
     save_push_state(ctrl_of(a, rank), state, 2u * sh.shard * 16u);
-    const u64 buffer = (u64)state.push_phase * World<W>::size(a) * a.slot_bytes;
-    const u64 my_slot = buffer + (u64)rank * a.slot_bytes;
-    const char* mine = (const char*)a.push_bufs[rank] + buffer;
 
     // 1. Scatter: pack j of shard s goes to slot `rank` of rank s.
     for (u64 base = first; base < sh.shard; base += stride * World<W>::UNROLL) {
@@ -193,14 +271,14 @@ __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
     rearm_previous<W>(a, state, previous_buffer(state.push_phase), first, stride);
 
     // 3. Reduce shard `rank` with this rank's residual; send x to every rank.
+    //    `base`: this thread's first pack of the shard whose x is not sent.
     bool ok = true;
     if (shake != CT_NO_PEER) {
         ok = handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
         record_verdict(state, ok);
     }
-    const u64 own_first = rank * sh.shard;
-    const u64 own = packs > own_first ? (packs - own_first < sh.shard ? packs - own_first : sh.shard) : 0u;
-    for (u64 base = first; ok && base < own; base += stride * World<W>::UNROLL)
+    u64 base = first;
+    while (ok && base < own) {
         ok = receive_step<W, World<W>::UNROLL, true>(
             a, Step{base, stride, own}, CT_KERNEL_TWO_SHOT_PUSH,
             [&](u64 j) { return input(rank, j); },
@@ -211,10 +289,17 @@ __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
                 for_peers<W>(a, [&](u32 s) {
                     lamport_push((char*)a.push_bufs[s] + my_slot + (sh.shard + j) * 16u, x);
                 });
-                lamport_push((char*)mine + (u64)rank * a.slot_bytes + j * 16u, x);
+                lamport_push(own_slot + j * 16u, x);
             });
+        if (ok) base += stride * World<W>::UNROLL;
+    }
+    // The failing step sent none of its packs (receive_step uses them only
+    // once all have arrived).
+    if (!ok) mark_unsent_own_packs(own_slot, base, stride, own);
 
-    // 4. Normalise every row as its sums land.
+    // 4. Normalise every row as its sums land. `taken`: the packs of shard
+    //    `rank` this thread took from its own slot (and re-armed).
+    u32 taken = 0u;
     ok = norm_rows<E>(a, ok, [&](u64 i, Pack& x) {
         const u32 s = (u32)(i / sh.shard);
         const u64 j = i - (u64)s * sh.shard;
@@ -222,12 +307,23 @@ __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
         x = ld_pack_sys(at);
         Deadline deadline(a.timeout_ns);
         if (!lamport_wait(x, at, deadline, a, s, CT_KERNEL_TWO_SHOT_PUSH)) return false;
-        if (s == rank) st_pack((char*)at, sentinel_pack());
+        if (s == rank) {
+            // Its step-3 thread failed (and its rank's fault is recorded).
+            if (is_failed_mark(x)) return false;
+            st_pack((char*)at, sentinel_pack());
+            ++taken;
+        }
         return true;
     });
     // 5. The block's verdict on the peers' calls (see two_shot_push above).
     ok = block_verdict(a, state) && ok;
-    if (!ok) mark_failed_rows<E>(a);
+    if (!ok) {
+        const Rows r = rows_of<E>(a);
+        mark_failed_own_rows((char*)a.output, (char*)a.residual, a.io_aligned != 0u, r.rows, r.row_packs, r.group,
+                             r.groups, a.push_bufs[rank],
+                             ((u64)state.push_phase * World<W>::size(a) + rank) * a.slot_bytes, a.bytes,
+                             World<W>::size(a), rank, taken, a.timeout_ns);
+    }
 }
 
 CT_KERNEL_ONE_BLOCK colltune_two_shot_push_all_reduce_add_rmsnorm_bf16(const CollArgs a) {
