@@ -71,6 +71,7 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
     const u32 rearm = previous_buffer(phase);
     const u64 buffer = (u64)phase * World<W>::size(a) * a.slot_bytes;
     const u64 my_slot = buffer + (u64)a.rank * a.slot_bytes;
+    if (lamport_idle(state, rearm, first, packs, shake)) return;
 
     // 1. Push this rank's data into slot `rank` of buffer `phase` of every peer.
     for (u64 base = first; base < packs; base += stride * UNROLL) {
@@ -89,11 +90,10 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
     //    data (a peer making another call, another size say, might never send
     //    the packs waited for); every thread reads their verdict at the
     //    block's end, and marks its packs if a peer made another call.
-    bool ok = true;
-    if (shake != CT_NO_PEER) {
-        ok = handshake_check(a, shake, state.calls, CT_KERNEL_ONE_SHOT_PUSH, handshake_peek(a, shake));
-        record_verdict(state, ok);
-    }
+    bool agreed = true;  // a lane's verdict on its peer's call
+    if (shake != CT_NO_PEER)
+        agreed = handshake_check(a, shake, state.calls, CT_KERNEL_ONE_SHOT_PUSH, handshake_peek(a, shake));
+    bool ok = agreed;
     const char* mine = (const char*)a.push_bufs[a.rank] + buffer;
     auto slot = [&](u32 p, u64 i) { return mine + (u64)p * a.slot_bytes + i * 16u; };
     for (u64 base = first; ok && base < packs; base += stride * UNROLL)
@@ -101,7 +101,7 @@ __device__ __forceinline__ void one_shot_push(const CollArgs& a) {
                                            [&](u64 i, const Pack (&r)[World<W>::SLOTS]) {
                                                store_result<W, E, REDUCE>(a, i, r);
                                            });
-    ok = block_verdict(a, state) && ok;
+    ok = block_verdict(agreed) && ok;
     if (!ok) mark_failed(a, one_shot_outputs(a, !REDUCE), first, stride);
 }
 
@@ -160,12 +160,13 @@ __device__ __forceinline__ void one_shot_push_add_rmsnorm(const CollArgs& a) {
     //    before any wait for data; every thread reads their verdict at the
     //    block's end, and marks its rows if a peer made another call.
     bool ok = true;
-    if (shake != CT_NO_PEER) {
+    if (shake != CT_NO_PEER)
         ok = handshake_check(a, shake, state.calls, CT_KERNEL_ONE_SHOT_PUSH, handshake_peek(a, shake));
-        record_verdict(state, ok);
-    }
     const char* mine = (const char*)a.push_bufs[a.rank] + buffer;
     auto slot = [&](u32 p, u64 i) { return mine + (u64)p * a.slot_bytes + i * 16u; };
+    // A lane's verdict enters norm_rows' first barrier (__syncthreads_and),
+    // before any output of the block's rows is stored: that barrier is the
+    // block's verdict, so the block's end needs no barrier of its own.
     ok = norm_rows<E>(a, ok, [&](u64 i, Pack& x) {
         const Pack residual = ld_io(res + i * 16u, aligned);
         return receive_step<W, 1, true>(a, Step{i, 1u, i + 1u}, CT_KERNEL_ONE_SHOT_PUSH, input, slot,
@@ -173,7 +174,6 @@ __device__ __forceinline__ void one_shot_push_add_rmsnorm(const CollArgs& a) {
                                             x = add_residual<E, World<W>::SLOTS>(v, World<W>::size(a), residual);
                                         });
     });
-    ok = block_verdict(a, state) && ok;
     if (!ok) mark_failed_rows<E>(a);
 }
 

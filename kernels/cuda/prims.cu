@@ -87,11 +87,6 @@ struct CallState {
     u32 push_used[3];   // bytes per slot the last call through each push buffer used
     u64 seq;            // last barrier value of the pull family
     u64 use;            // staging uses so far
-    // The block's verdict on the peers' calls (Lamport algorithms): how many
-    // peers its handshake lanes found making this call, and whether one found
-    // another call or stopped (block_verdict).
-    u32 agreed;
-    u32 failed;
 
     // push_used[buffer] without a run-time array index (which would put the
     // array in local memory).
@@ -123,8 +118,6 @@ __device__ __forceinline__ CallState& begin_call(u32* ctrl) {
         s.push_used[2] = low.w[CT_STATE_PUSH_USED + 2];
         s.seq = (u64)high.w[CT_STATE_PULL_SEQ - 4] | ((u64)high.w[CT_STATE_PULL_SEQ - 3] << 32);
         s.use = (u64)high.w[CT_STATE_PULL_USE - 4] | ((u64)high.w[CT_STATE_PULL_USE - 3] << 32);
-        s.agreed = 0u;
-        s.failed = 0u;
     }
     __syncthreads();
     return s;
@@ -348,27 +341,17 @@ __device__ __forceinline__ void rearm_previous(const CollArgs& a, const CallStat
     for_peers<W>(a, [&](u32 p) { lamport_rearm(stale + (u64)p * a.slot_bytes, used_packs, first, stride); });
 }
 
-// A Lamport handshake lane's verdict on its peer, for its block.
-__device__ __forceinline__ void record_verdict(CallState& s, bool agreed) {
-    if (agreed)
-        atomicAdd(&s.agreed, 1u);
-    else
-        atomicExch(&s.failed, 1u);
-}
-
 // The block's verdict on every peer's call, read by every thread of the block
-// at the end of its call (it is a barrier: every thread must reach it): true
-// when the handshake lanes found every peer making this call, false when one
-// found another call or stopped (its lane reported why), or when the block had
-// no lanes (no work: no outputs to judge). The lanes' checks are bounded, and
-// the block's end waits for them anyway; a barrier, not a spin, so the threads
-// done early sleep instead of polling beside the lanes.
-__device__ __forceinline__ bool block_verdict(const CollArgs& a, const CallState& s) {
-    __syncthreads();
-    const volatile u32* agreed = &s.agreed;
-    const volatile u32* failed = &s.failed;
-    return *failed == 0u && *agreed >= a.world - 1u;
-}
+// at the end of its call (it is a barrier: every thread must reach it):
+// `agreed` is a handshake lane's verdict on its peer (true in every other
+// thread), and the barrier's reduction ANDs them: true when every lane found
+// its peer making this call, false when one found another call or stopped
+// (its lane reported why). A block without work has no lanes, and no outputs
+// to judge: true. The verdict travels in the barrier itself (BAR.RED.AND),
+// so nothing is stored or loaded after it. The lanes' checks are bounded, and
+// the block's end waits for them anyway; a barrier, not a spin, so the
+// threads done early sleep instead of polling beside the lanes.
+__device__ __forceinline__ bool block_verdict(bool agreed) { return __syncthreads_and(agreed) != 0; }
 
 // ---------------------------------------------------------------------------
 // Steps: the one loop body every algorithm is made of
@@ -539,10 +522,9 @@ __device__ __forceinline__ void store_shards(const CollArgs& a, const Step& st, 
 // barrier algorithms barrier thread t, for peer t, inside the first barrier
 // (which ends with the whole block's verdict); in the Lamport algorithms one
 // of the block's last `world` threads per peer (which small messages give no
-// data), before it waits for data, recording the block's verdict in shared
-// memory, which every thread of the block reads at its end, after a barrier
-// (block_verdict): a thread of a block that found another call marks its
-// outputs, whatever it stored before. The verdict is read last, not before
+// data), before it waits for data; its verdict is ANDed into a barrier at the
+// block's end (block_verdict), and a thread of a block that found another
+// call marks its outputs, whatever it stored before. The verdict is read last, not before
 // the first data is used, so that the check runs beside the data's path
 // instead of in it: the block ends only once its handshake lanes are done
 // anyway. A thread never waits long for data of a call that will fail: the
@@ -584,6 +566,21 @@ __device__ __forceinline__ u32 lamport_handshake_peer(const CollArgs& a, bool ha
     if (!has_work || world < 2u || threadIdx.x < blockDim.x - world) return CT_NO_PEER;
     const u32 peer = threadIdx.x - (blockDim.x - world);
     return peer == a.rank ? CT_NO_PEER : peer;
+}
+
+// Whether a thread of a Lamport call (one_shot_push, two_shot_push) has
+// nothing left to do once the call state is read and block 0's lanes have
+// sent: no unit of `units`, no pack of the previous call's buffer to re-arm,
+// and no peer to check (not a handshake lane). Such a thread returns at once
+// instead of running the kernel's address arithmetic and loop tests and
+// parking at the verdict's barrier: the barrier waits only for threads that
+// have not exited (PTX: barrier{.cta} waits for the non-exited threads, and
+// an exiting thread releases a barrier it was holding up), and it stores no
+// output, so it has none to judge. A small message leaves most warps of the
+// blocks with work like that, and their arithmetic would take issue slots
+// from the data warps of the same SM while those issue their pushes.
+__device__ __forceinline__ bool lamport_idle(const CallState& state, u32 rearm, u64 first, u64 units, u32 shake) {
+    return first >= units && shake == CT_NO_PEER && first >= (u64)state.used_bytes(rearm) / 16u;
 }
 
 __device__ __forceinline__ void handshake_send(const CollArgs& a, u32 peer, u32 calls) {

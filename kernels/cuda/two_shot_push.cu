@@ -72,6 +72,7 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
     const bool has_work = block_has_work<W>(a, sh.shard);
     const u32 shake = lamport_handshake_peer<W>(a, has_work);
     if (shake != CT_NO_PEER && blockIdx.x == 0u) handshake_send(a, shake, state.calls);
+    if (lamport_idle(state, previous_buffer(state.push_phase), first, sh.shard, shake)) return;
     // 2. Re-arm the previous push-family call's buffer.
     rearm_previous<W>(a, state, previous_buffer(state.push_phase), first, stride);
 
@@ -79,11 +80,10 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
     //    The handshake lanes check the peers' calls meanwhile (see
     //    one_shot_push.cu); a sum sent on from a peer making another call is
     //    never taken as a result: every rank checks every peer, and marks.
-    bool ok = true;
-    if (shake != CT_NO_PEER) {
-        ok = handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
-        record_verdict(state, ok);
-    }
+    bool agreed = true;  // a lane's verdict on its peer's call
+    if (shake != CT_NO_PEER)
+        agreed = handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
+    bool ok = agreed;
     const u64 own_first = rank * sh.shard;
     const u64 own = packs > own_first ? (packs - own_first < sh.shard ? packs - own_first : sh.shard) : 0u;
     for (u64 base = first; ok && base < own; base += stride * UNROLL)
@@ -107,7 +107,7 @@ __device__ __forceinline__ void two_shot_push(const CollArgs& a) {
         ok = wait_shards<W, UNROLL>(a, st, sh, v, CT_KERNEL_TWO_SHOT_PUSH, sum_of);
         if (ok) store_shards<W, UNROLL>(a, st, sh, v);
     }
-    ok = block_verdict(a, state) && ok;
+    ok = block_verdict(agreed) && ok;
     if (!ok) mark_failed(a, two_shot_outputs(a, sh.shard), first, stride);
 }
 
@@ -273,10 +273,8 @@ __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
     // 3. Reduce shard `rank` with this rank's residual; send x to every rank.
     //    `base`: this thread's first pack of the shard whose x is not sent.
     bool ok = true;
-    if (shake != CT_NO_PEER) {
+    if (shake != CT_NO_PEER)
         ok = handshake_check(a, shake, state.calls, CT_KERNEL_TWO_SHOT_PUSH, handshake_peek(a, shake));
-        record_verdict(state, ok);
-    }
     u64 base = first;
     while (ok && base < own) {
         ok = receive_step<W, World<W>::UNROLL, true>(
@@ -315,8 +313,10 @@ __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
         }
         return true;
     });
-    // 5. The block's verdict on the peers' calls (see two_shot_push above).
-    ok = block_verdict(a, state) && ok;
+    // The lanes' verdict on the peers' calls entered norm_rows' first barrier
+    // (before any output of the block's rows was stored): a block with rows
+    // and a lane that found another call marks them. A block with shard work
+    // and no rows stores no output.
     if (!ok) {
         const Rows r = rows_of<E>(a);
         mark_failed_own_rows((char*)a.output, (char*)a.residual, a.io_aligned != 0u, r.rows, r.row_packs, r.group,
