@@ -779,13 +779,16 @@ __device__ __forceinline__ Pack scaled(const Pack& x, const Pack& weight, float 
 // The sum of `v` over the threads of each group, the same bits in every
 // thread of the group and on every rank that runs the same call: a butterfly
 // within each warp (lane i and lane i ^ o add the same two values), then the
-// group's warps in order. Every thread of the block calls it, idle ones with 0.
-__device__ __forceinline__ float group_sum(float v, const Rows& r) {
+// group's warps in order, through shared memory. Its first barrier is also
+// the block's agreement that every thread is `ok`: false in every thread when
+// one is not (the sum is then not taken). Every thread of the block calls it,
+// idle ones with 0.
+__device__ __forceinline__ bool group_sum_if_all(float& v, bool ok, const Rows& r) {
     __shared__ float warp_sums[CT_MAX_THREADS / 32];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if ((threadIdx.x & 31u) == 0u) warp_sums[threadIdx.x >> 5] = v;
-    __syncthreads();
+    if (__syncthreads_and(ok) == 0) return false;
     float sum = 0.0f;
     if (r.g < r.groups) {
         const u32 first = r.g * r.group / 32u;
@@ -794,7 +797,8 @@ __device__ __forceinline__ float group_sum(float v, const Rows& r) {
     }
     // The next pass writes the sums again.
     __syncthreads();
-    return sum;
+    v = sum;
+    return true;
 }
 
 // 1 / sqrt(mean of the squares + eps), IEEE-rounded (NVRTC compiles with
@@ -807,40 +811,60 @@ __device__ __forceinline__ float rms_scale(float sum_of_squares, u32 hidden, flo
 // every pass, each thread gets x (the new residual) of its packs of its row
 // from x_of(i, x), which returns false once a wait must stop; stores it into
 // the residual and sums its squares. The block then agrees that every pack of
-// its rows arrived (a barrier every thread takes), each group sums its row's
-// squares, and each thread stores its packs of the output, reading x back
-// from the residual it stored itself (its own stores, so in program order;
-// holding a row's packs in registers instead would take several per
-// thread at hidden 16384). False, in every thread of the block, once a pack
-// did not arrive, or when a thread came in with `ok` false (a handshake lane
-// that found another call): the block stops, and its caller marks its rows.
-// Every thread of the block calls it.
+// its rows arrived (one barrier every thread takes, which also sums each
+// row's squares: group_sum_if_all), and each thread stores its packs of the
+// output. A thread with one pack of its row (a row of at most `group` packs:
+// the hidden sizes of decode, 4096 and 8192 bf16 in a world of two, 4096 in
+// larger worlds) keeps x in registers across the barrier; with several, it
+// reads x back from the residual it stored itself (its own stores, so in
+// program order), as registers for all of them would be live across its later
+// waits. The weight is loaded after the barrier: loaded before, it spills the
+// world-size-2 build's one-shot kernel. False, in every thread of the block, once a
+// pack did not arrive, or when a thread came in with `ok` false (a handshake
+// lane that found another call): the block stops, and its caller marks its
+// rows. Every thread of the block calls it.
 template <typename E, typename XOf>
 __device__ __forceinline__ bool norm_rows(const CollArgs& a, bool ok, XOf x_of) {
     const Rows r = rows_of<E>(a);
     const u32 lane = r.lane();
     char* residual = (char*)a.residual;
+    const char* weight = (const char*)a.weight;
+    char* out = (char*)a.output;
     const bool aligned = a.io_aligned != 0u;
+    const bool one_pack = r.row_packs <= r.group;
     for (u64 first = r.first(); first < r.rows; first += r.step()) {
         const bool mine = r.has(first);
         const u64 base = (first + r.g) * r.row_packs;
         float squares = 0.0f;
-        if (mine) {
+        Pack x, w;
+        if (mine && one_pack) {
+            if (ok && lane < r.row_packs) {
+                ok = x_of(base + lane, x);
+                if (ok) {
+                    st_io(residual + (base + lane) * 16u, x, aligned);
+                    squares = sum_squares<E>(x);
+                }
+            }
+        } else if (mine) {
             for (u32 p = lane; ok && p < r.row_packs; p += r.group) {
-                Pack x;
                 ok = x_of(base + p, x);
                 if (!ok) break;
                 st_io(residual + (base + p) * 16u, x, aligned);
                 squares += sum_squares<E>(x);
             }
         }
-        if (__syncthreads_and(ok) == 0) return false;
-        const float scale = rms_scale(group_sum(squares, r), a.hidden, __uint_as_float(a.eps_bits));
-        if (mine) {
+        if (!group_sum_if_all(squares, ok, r)) return false;
+        const float scale = rms_scale(squares, a.hidden, __uint_as_float(a.eps_bits));
+        if (mine && one_pack) {
+            if (lane < r.row_packs) {
+                w = ld_io(weight + (u64)lane * 16u, aligned);
+                st_io(out + (base + lane) * 16u, scaled<E>(x, w, scale), aligned);
+            }
+        } else if (mine) {
             for (u32 p = lane; p < r.row_packs; p += r.group) {
-                const Pack x = ld_io(residual + (base + p) * 16u, aligned);
-                const Pack w = ld_io((const char*)a.weight + (u64)p * 16u, aligned);
-                st_io((char*)a.output + (base + p) * 16u, scaled<E>(x, w, scale), aligned);
+                x = ld_io(residual + (base + p) * 16u, aligned);
+                w = ld_io(weight + (u64)p * 16u, aligned);
+                st_io(out + (base + p) * 16u, scaled<E>(x, w, scale), aligned);
             }
         }
     }

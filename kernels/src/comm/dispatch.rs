@@ -182,8 +182,11 @@ impl RankComm {
     /// size, into `output`, then an add + RMSNorm kernel), which also runs
     /// every call a fused kernel declines. [`Select::Force`] of an algorithm
     /// that has no fused kernel runs the unfused path, whose all-reduce then
-    /// comes from the tables of the mode the call is issued in. Returns the
-    /// algorithm that ran (the unfused path reports [`Algo::Unfused`]).
+    /// comes from the tables of the mode the call is issued in;
+    /// [`Select::Unfused`] runs it with the all-reduce it names. In a world
+    /// of one the unfused path is the add + RMSNorm kernel alone, on the
+    /// input. Returns the algorithm that ran (the unfused path reports
+    /// [`Algo::Unfused`]).
     ///
     /// A shape that does not fit (the lengths, `tokens × hidden`, the hidden
     /// size, an `eps` that is not finite and ≥ 0) is [`Error::Mismatch`]
@@ -371,6 +374,10 @@ impl RankComm {
     fn choose(&self, request: &Request, how: Select) -> Result<Algo> {
         let mode = match how {
             Select::Force(algo) => return Ok(algo),
+            Select::Unfused(_) if request.collective == Collective::AllReduceAddRmsNorm => {
+                return Ok(Algo::Unfused);
+            }
+            Select::Unfused(algo) => return Ok(algo),
             Select::Policy(mode) => mode,
             Select::Auto if crate::drain::capturing(&self.res.stream)? => Mode::Graph,
             Select::Auto => Mode::Eager,
@@ -420,8 +427,9 @@ impl RankComm {
     /// The fused collective's unfused path: the all-reduce of `request`'s
     /// input into its output, picked by the all-reduce tables of the mode
     /// `how` says (the capture status where it forces an algorithm, which is
-    /// the fused call's), declining as any all-reduce; then the add + RMSNorm
-    /// kernel on the sums, in place on the output.
+    /// the fused call's; the one `Select::Unfused` names), declining as any
+    /// all-reduce; then the add + RMSNorm kernel on the sums, in place on the
+    /// output. A world of one has nothing to sum: the kernel reads the input.
     fn run_unfused(&self, request: &Request, how: Select) -> Result<()> {
         let Some(norm) = request.norm else {
             return Err(Error::Unsupported(format!(
@@ -429,21 +437,27 @@ impl RankComm {
                 request.collective.name()
             )));
         };
-        let sum = Request {
-            collective: Collective::AllReduce,
-            norm: None,
-            ..*request
+        let sums = if self.world_size == 1 {
+            request.input
+        } else {
+            let sum = Request {
+                collective: Collective::AllReduce,
+                norm: None,
+                ..*request
+            };
+            let how = match how {
+                Select::Force(_) => Select::Auto,
+                Select::Unfused(all_reduce) => Select::Force(all_reduce),
+                chosen => chosen,
+            };
+            let all_reduce = self.choose(&sum, how)?;
+            self.issue(all_reduce, &sum, how)?;
+            request.output
         };
-        let how = match how {
-            Select::Force(_) => Select::Auto,
-            chosen => chosen,
-        };
-        let all_reduce = self.choose(&sum, how)?;
-        self.issue(all_reduce, &sum, how)?;
         let call = Call {
             collective: request.collective,
             dtype: request.dtype,
-            input: request.output,
+            input: sums,
             output: request.output,
             bytes_per_rank: request.bytes,
             placement: request.placement,

@@ -168,6 +168,12 @@ pub enum Select {
     /// Run this algorithm (the tuner measures each one this way). A custom
     /// algorithm that cannot take the call still declines to the fallback.
     Force(Algo),
+    /// The fused all-reduce + add + RMSNorm's unfused path with this
+    /// all-reduce (declining as any all-reduce), then the add + RMSNorm
+    /// kernel: `tuner bench` times the unfused path against every all-reduce
+    /// this way, not only the one the tables pick. For the other
+    /// collectives, the same as `Force(algo)`.
+    Unfused(Algo),
 }
 
 /// What runs a call whose algorithm is NCCL or that a custom kernel declined.
