@@ -79,7 +79,9 @@ echo "build-gpu: building candle-tp (the first build compiles candle's CUDA kern
 start=$(date +%s)
 # First link: the CUDA symbols stay unresolved.
 cargo_rustc -C link-arg=-Wl,--unresolved-symbols=ignore-all
-exe="$example/target/release/candle-tp"
+# Cargo's target folder: CARGO_TARGET_DIR when set (CI keeps one between
+# runs; a worktree may share another checkout's compiled candle), else ./target.
+exe="${CARGO_TARGET_DIR:-$example/target}/release/candle-tp"
 undefined="$(nm -D --undefined-only "$exe" | awk '{print $NF}' | sed 's/@.*//' | sort -u)"
 claimed=""
 for entry in "${libs[@]}"; do

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Runs candle-tp (built by examples/candle-tp/build-gpu.sh into .carry/candle/)
 # on a GPU machine: every back-end and mode, for each model and world size
-# given. Writes under $OUT (or ./candle-tp-logs) three files, since a device
-# call brings back only a few: candle-tp.csv (every run's rows), summary.txt
-# (the console output) and candle-tp-logs.tar.gz (each run's CSV, JSON with
-# every step's time and tokens, and each rank's log).
+# given, and `norm-bench` (colltune's add + RMSNorm against candle's, GPU 0,
+# W=1). Writes under $OUT (or ./candle-tp-logs) four files, since a device
+# call brings back only a few: candle-tp.csv (every run's rows),
+# norm-bench-w1.csv (norm-bench's, its own columns), summary.txt (the console
+# output) and candle-tp-logs.tar.gz (each run's CSV, JSON with every step's
+# time and tokens, and each rank's log).
 #
 #   examples/candle-tp/gpu-run.sh                       # self-checks, then both built-in models at W=1 and every W up to the GPU count (2, 4, 8)
 #   MODELS=llama-3.2-1b WORLDS="1 2" examples/candle-tp/gpu-run.sh
-#   SELF_CHECK_ONLY=1 examples/candle-tp/gpu-run.sh     # seconds: the tiny model and the shipped model folder, W=1 and W=2
+#   SELF_CHECK_ONLY=1 examples/candle-tp/gpu-run.sh     # seconds: the tiny model and the shipped model folder, W=1 and W=2, and norm-bench
 #   MODELS= MODEL_DIRS="/models/Llama-3.2-3B" WORLDS="1 2" examples/candle-tp/gpu-run.sh
 #                                                       # model folders (config.json, safetensors, tokenizer.json) instead of built-in shapes
 #   EXTRA="--decode 64 --batch 8" examples/candle-tp/gpu-run.sh   # more options for every run (candle-tp run --help)
@@ -94,6 +96,21 @@ run() { # name, then candle-tp arguments
   summary="$summary\n$name: exit $rc in $(( $(date +%s) - start )) s"
 }
 
+bench() { # name, then candle-tp arguments: one process whose CSV has columns of its own
+  local name=$1
+  shift
+  echo "=== $name: candle-tp $*"
+  local start
+  start=$(date +%s)
+  # In a folder of its own: the CSVs directly under $out make candle-tp.csv.
+  mkdir -p "$out/$name"
+  "$exe" "$@" --csv "$out/$name/$name.csv" 2>&1 | tee "$out/$name/$name.log"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || status=1
+  [ -f "$out/$name/$name.csv" ] && cp "$out/$name/$name.csv" "$final/$name.csv"
+  summary="$summary\n$name: exit $rc in $(( $(date +%s) - start )) s"
+}
+
 # The shipped model folder: only a config.json, of a shape no built-in model
 # has, so seeded weights (README: "Model folders").
 fixture=examples/candle-tp/models/llama3-h320-d32
@@ -107,6 +124,10 @@ else
   run self-check-w2-shared self-check --world 2
   run model-dir-w2-shared-batch4 run --model-dir "$fixture" --world 2 --batch 4
 fi
+
+# colltune's add + RMSNorm (its fused call in a world of one rank) against
+# candle's add and rms_norm, on GPU 0: seconds.
+bench norm-bench-w1 norm-bench --dtype bf16,f16,f32
 
 if [ -z "${SELF_CHECK_ONLY:-}" ]; then
   # MODELS set but empty: no built-in model (MODEL_DIRS only).
@@ -142,5 +163,5 @@ mv "$out/all.csv.tmp" "$out/candle-tp.csv"
 rm -f "$exe"
 tar -czf "$final/candle-tp-logs.tar.gz" -C "$out" .
 echo -e "=== summary$summary"
-echo "in $final: candle-tp.csv, summary.txt, candle-tp-logs.tar.gz"
+echo "in $final: candle-tp.csv, norm-bench-w1.csv, summary.txt, candle-tp-logs.tar.gz"
 exit $status

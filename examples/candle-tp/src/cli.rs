@@ -1,5 +1,7 @@
 //! Command line: `run` (the launcher), `self-check` (a tiny model, seconds),
-//! and the hidden `worker` the launcher starts once per rank.
+//! `norm-bench` (colltune's add + RMSNorm against candle's, one GPU; its
+//! arguments are in `norm_bench`), and the hidden `worker` the launcher
+//! starts once per rank.
 
 use std::path::PathBuf;
 
@@ -50,6 +52,11 @@ pub enum Command {
         #[command(flatten)]
         out: OutArgs,
     },
+    /// colltune's add + RMSNorm against candle's `residual + partial` and
+    /// `rms_norm`, on one GPU in a world of one rank: per-call times eager
+    /// and in a CUDA graph, bandwidth against the GPU's copy bandwidth, and
+    /// the outputs compared. Seconds.
+    NormBench(crate::norm_bench::NormBenchArgs),
     /// One rank (started by `run`).
     #[command(hide = true)]
     Worker(WorkerArgs),

@@ -35,6 +35,16 @@ use crate::prompt::Prefill;
 use crate::report::{LogitDiff, RankReport, RunRecord};
 use crate::weights::{Safetensors, Seeded, WeightSource};
 
+/// Sets `NCCL_NVLS_ENABLE=0` when it is unset and refuses a process that
+/// asks for NVLink multicast (`kernels::raw::keep_multicast_off`).
+///
+/// # Safety
+/// It writes the process environment: no other thread may exist yet.
+pub unsafe fn keep_multicast_off() -> Result<(), String> {
+    // SAFETY: passed on to the caller.
+    unsafe { kernels::raw::keep_multicast_off() }.map_err(|e| e.to_string())
+}
+
 pub fn device_count() -> Result<usize, String> {
     cudarc::driver::result::init().map_err(|e| format!("cannot initialise CUDA (cuInit): {e}"))?;
     let n = cudarc::driver::result::device::get_count()
@@ -301,8 +311,11 @@ fn decode_step(
     Ok(())
 }
 
-fn capture(
+/// What `issue` launches on `stream`, captured (thread-local mode) into a
+/// graph, instantiated. `what` names the work in errors.
+pub(super) fn capture(
     stream: &Arc<CudaStream>,
+    what: &str,
     issue: impl FnOnce() -> candle_core::Result<()>,
 ) -> Result<CudaGraph, String> {
     stream
@@ -311,7 +324,7 @@ fn capture(
     let issued = issue();
     // End the capture even when issuing failed, so the stream stays usable.
     let ended = stream.end_capture(sys::CUgraphInstantiate_flags(0));
-    issued.map_err(|e| format!("issuing the decode step into the capture: {e}"))?;
+    issued.map_err(|e| format!("issuing {what} into the capture: {e}"))?;
     ended
         .map_err(|e| format!("ending the capture / instantiating the graph: {e}"))?
         .ok_or_else(|| "the capture recorded no work".to_string())
@@ -383,8 +396,10 @@ impl Bench<'_> {
         }
         let graph = if mode == "graph" {
             let t = Instant::now();
-            let g = capture(&self.stream, || decode_step(model, &cache, &statics, comm))
-                .map_err(|err| format!("{what}: {err}"))?;
+            let g = capture(&self.stream, "the decode step", || {
+                decode_step(model, &cache, &statics, comm)
+            })
+            .map_err(|err| format!("{what}: {err}"))?;
             g.upload()
                 .map_err(|err| format!("{what}: uploading the graph: {err}"))?;
             if self.chatty {

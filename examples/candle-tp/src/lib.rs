@@ -8,7 +8,8 @@
 //! Megatron split (`plan`), the weights (`weights`), the tokenizer
 //! (`tokenizer`), a batch's prompts (`prompt`), the rank model itself on
 //! candle's CPU backend (`model`, against a one-rank model), the command line
-//! (`cli`) and the report (`report`).
+//! (`cli`) and the report (`report`); and `norm_bench`'s settings, byte
+//! counts, statistics and report (its GPU side is in `gpu`).
 
 pub mod cli;
 pub mod config;
@@ -17,6 +18,7 @@ pub mod hf_config;
 pub mod launch;
 pub mod model;
 pub mod model_dir;
+pub mod norm_bench;
 pub mod plan;
 pub mod prompt;
 pub mod report;

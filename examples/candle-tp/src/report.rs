@@ -301,7 +301,7 @@ algorithms,build";
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break (a
 /// model's name comes from its config and may).
-fn field(s: &str) -> String {
+pub(crate) fn field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
