@@ -469,16 +469,8 @@ fn validate_typed<T: Element>(ranks: &mut [RankComm], call: Call, seed: u64) -> 
     // NCCL on a window is NCCL too: its reduction order is its own.
     let real_nccl = !ran.is_kernel() && fallback == Fallback::Nccl && world > 1;
     let check = |rank: usize| {
-        let output = &results[rank].1;
-        let pushed = kernels::raw::sentinel_rule(ran) != kernels::raw::SentinelRule::None;
-        match collective {
-            Collective::AllReduce => {
-                validation::check_all_reduce_of(ran, real_nccl, &inputs, output)
-            }
-            Collective::AllGather => validation::check_all_gather(&inputs, output, pushed),
-            Collective::AllReduceAddRmsNorm => Err("a fused call without its case".into()),
-        }
-        .map_err(|problem| describe(rank, ran, problem))
+        validation::check_result(collective, ran, real_nccl, &inputs, &results[rank].1)
+            .map_err(|problem| describe(rank, ran, problem))
     };
     // Multi-GPU NCCL does not promise identical bits on every rank: check each.
     // Everything else must be bitwise identical, so checking rank 0 suffices.
