@@ -6,14 +6,13 @@
 //! three elements (not a multiple of 16 bytes: custom kernels decline and the
 //! fallback runs, which must be right too).
 
-use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use kernels::{Element, Error, RankComm, Select};
 use policy::{Algo, Collective, DType};
 use tuner::harness::timing::poison;
-use tuner::harness::validation::{check_all_gather, check_all_reduce_of, random_inputs};
+use tuner::harness::validation::random_inputs;
 
-use crate::worker::{Failure, exact, hash_of};
+use crate::worker::{Failure, check, exact, hash_of, issue};
 use crate::{Cli, code};
 
 const BYTES_PER_RANK: [usize; 3] = [16, 4112, 65_536];
@@ -74,12 +73,7 @@ pub fn run(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
                                 exact(comm, ran) as u8
                             ),
                             // A device timeout leaves the world out of step: stop.
-                            Err(CaseError::Fatal(e)) => {
-                                return Err(Failure {
-                                    message: format!("{id}: {e}"),
-                                    ..Failure::from(e)
-                                });
-                            }
+                            Err(CaseError::Fatal(e)) => return Err(Failure::at(id, e)),
                             Err(CaseError::Wrong(why)) => {
                                 failed += 1;
                                 println!("CASE {id} FAIL {why}");
@@ -127,39 +121,15 @@ impl From<cudarc::driver::DriverError> for CaseError {
     }
 }
 
-fn issue<T: Element>(
-    comm: &RankComm,
-    case: &Case,
-    input: &CudaSlice<T>,
-    output: &mut CudaSlice<T>,
-) -> kernels::Result<Algo> {
-    match case.collective {
-        Collective::AllReduce => {
-            comm.all_reduce(&input.as_view(), &mut output.as_view_mut(), case.how)
-        }
-        Collective::AllGather => {
-            comm.all_gather(&input.as_view(), &mut output.as_view_mut(), case.how)
-        }
-        Collective::AllReduceAddRmsNorm => Err(kernels::Error::Unsupported(
-            "this example makes no fused all_reduce_add_rmsnorm calls".into(),
-        )),
-    }
-}
-
 fn verify<T: Element>(
+    comm: &RankComm,
     case: &Case,
     inputs: &[Vec<T>],
     result: &[T],
     ran: Algo,
-    nccl_across_gpus: bool,
 ) -> Result<(), CaseError> {
-    let pushed = ran == Algo::OneShotPush;
-    match case.collective {
-        Collective::AllReduce => check_all_reduce_of(ran, nccl_across_gpus, inputs, result),
-        Collective::AllGather => check_all_gather(inputs, result, pushed),
-        Collective::AllReduceAddRmsNorm => Err("no fused calls here".into()),
-    }
-    .map_err(|e| CaseError::Wrong(format!("{} ran: {e}", ran.name())))
+    check(comm, case.collective, ran, inputs, result)
+        .map_err(|e| CaseError::Wrong(format!("{} ran: {e}", ran.name())))
 }
 
 /// One case on this rank: the result's hash (both runs, for a graph).
@@ -172,10 +142,10 @@ fn run_case<T: Element>(comm: &mut RankComm, case: &Case) -> Result<(Algo, u64),
     let mut output = stream.alloc_zeros::<T>(out_len)?;
     poison(&stream, &mut output)?;
     if case.issue == Issue::Eager {
-        let ran = issue(comm, case, &input, &mut output)?;
+        let ran = issue(comm, case.collective, &input, &mut output, case.how)?;
         comm.check()?;
         let result = stream.clone_dtoh(&output)?;
-        verify(case, &inputs, &result, ran, !exact(comm, ran))?;
+        verify(comm, case, &inputs, &result, ran)?;
         return Ok((ran, hash_of(&result)));
     }
 
@@ -183,7 +153,7 @@ fn run_case<T: Element>(comm: &mut RankComm, case: &Case) -> Result<(Algo, u64),
     // buffers, so replays need no host work and see new data in place.
     let mut ran = None;
     let graph = comm.capture(|c| {
-        ran = Some(issue(c, case, &input, &mut output)?);
+        ran = Some(issue(c, case.collective, &input, &mut output, case.how)?);
         Ok(())
     })?;
     let ran = ran.expect("the capture issued the call");
@@ -192,7 +162,7 @@ fn run_case<T: Element>(comm: &mut RankComm, case: &Case) -> Result<(Algo, u64),
     }
     comm.check()?;
     let first = stream.clone_dtoh(&output)?;
-    verify(case, &inputs, &first, ran, !exact(comm, ran))?;
+    verify(comm, case, &inputs, &first, ran)?;
 
     let second_inputs = random_inputs::<T>(world, case.n, case.seed.wrapping_add(1));
     stream.memcpy_htod(&second_inputs[rank], &mut input)?;
@@ -200,7 +170,7 @@ fn run_case<T: Element>(comm: &mut RankComm, case: &Case) -> Result<(Algo, u64),
     graph.launch()?;
     comm.check()?;
     let second = stream.clone_dtoh(&output)?;
-    verify(case, &second_inputs, &second, ran, !exact(comm, ran)).map_err(|e| match e {
+    verify(comm, case, &second_inputs, &second, ran).map_err(|e| match e {
         CaseError::Wrong(why) => CaseError::Wrong(format!("replay on new inputs: {why}")),
         fatal => fatal,
     })?;

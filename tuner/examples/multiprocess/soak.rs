@@ -22,16 +22,15 @@
 //! The rank's `SUMMARY` line carries replays, seconds and failures; the launcher
 //! prints one machine-readable `soak:` line for the run.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaEvent, CudaSlice};
 use kernels::{Element, RankComm, Select};
 use policy::{Algo, Collective, Mode};
 use tuner::harness::timing::poison;
-use tuner::harness::validation::{check_all_gather, check_all_reduce_of, random_inputs};
+use tuner::harness::validation::random_inputs;
 
-use crate::worker::{Failure, exact, hash_of, leave};
+use crate::worker::{Failure, algo_counts, check, exact, hash_of, issue, leave};
 use crate::{Cli, code, watch};
 
 /// One collective of the captured graph.
@@ -131,20 +130,6 @@ struct Buffers<T> {
     output: CudaSlice<T>,
 }
 
-fn issue<T: Element>(comm: &RankComm, call: &Call, b: &mut Buffers<T>) -> kernels::Result<Algo> {
-    match call.collective {
-        Collective::AllReduce => {
-            comm.all_reduce(&b.input.as_view(), &mut b.output.as_view_mut(), call.how)
-        }
-        Collective::AllGather => {
-            comm.all_gather(&b.input.as_view(), &mut b.output.as_view_mut(), call.how)
-        }
-        Collective::AllReduceAddRmsNorm => Err(kernels::Error::Unsupported(
-            "the soak makes no fused all_reduce_add_rmsnorm calls".into(),
-        )),
-    }
-}
-
 fn seed_of(window: usize, call: usize) -> u64 {
     0x50a4_0000 + (window as u64) * 1000 + call as u64
 }
@@ -174,20 +159,22 @@ pub fn run<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
     let mut ran = Vec::with_capacity(calls.len());
     let graph = comm.capture(|c| {
         for (call, b) in calls.iter().zip(buffers.iter_mut()) {
-            ran.push(issue(c, call, b)?);
+            ran.push(issue(
+                c,
+                call.collective,
+                &b.input,
+                &mut b.output,
+                call.how,
+            )?);
         }
         Ok(())
     })?;
-    let mut algos: BTreeMap<&'static str, usize> = BTreeMap::new();
-    for algo in &ran {
-        *algos.entry(algo.name()).or_default() += 1;
-    }
-    let algos: Vec<String> = algos.iter().map(|(a, n)| format!("{a}:{n}")).collect();
+    let algos = algo_counts(&ran);
     println!(
         "SOAK rank={rank} calls={} algos={} replays={total} check_every={window} sync_every={sync} \
          in_flight={}",
         calls.len(),
-        algos.join(","),
+        algos,
         cli.in_flight.max(1)
     );
 
@@ -215,7 +202,7 @@ pub fn run<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
         replay_time.as_secs_f64(),
         done as f64 / replay_time.as_secs_f64().max(1e-9),
         wall.elapsed().as_secs_f64(),
-        algos.join(",")
+        algos
     );
     if let Some(first) = first_failure {
         println!("rank {rank}: first failure: {first}");
@@ -236,20 +223,14 @@ struct Replayed {
 /// A failure at replay `at`, reported at once (the `ERROR` line, then the
 /// exit watchdog), before anything is dropped.
 fn failed_at(at: usize, e: kernels::Error) -> Failure {
-    let failure = Failure {
-        message: format!("replay {at}: {e}"),
-        ..Failure::from(e)
-    };
+    let failure = Failure::at(format!("replay {at}"), e);
     watch::report(&failure);
     failure
 }
 
 /// A CUDA driver error at replay `at`, reported at once.
 fn driver_failed_at(at: usize, what: &str, e: cudarc::driver::DriverError) -> Failure {
-    let failure = Failure {
-        code: code::ERROR,
-        message: format!("replay {at}: {what}: CUDA driver: {e:?}"),
-    };
+    let failure = Failure::error(format!("replay {at}: {what}: CUDA driver: {e:?}"));
     watch::report(&failure);
     failure
 }
@@ -325,14 +306,7 @@ fn replay<T: Element>(
             watch::busy("reading a window's outputs");
             let result = stream.clone_dtoh(&b.output)?;
             watch::idle("checking a window against the host reference");
-            let pushed = *algo == Algo::OneShotPush;
-            let verdict = match call.collective {
-                Collective::AllReduce => {
-                    check_all_reduce_of(*algo, !exact(comm, *algo), &inputs[k], &result)
-                }
-                Collective::AllGather => check_all_gather(&inputs[k], &result, pushed),
-                Collective::AllReduceAddRmsNorm => Err("no fused calls here".into()),
-            };
+            let verdict = check(comm, call.collective, *algo, &inputs[k], &result);
             let id = format!("soak/w{windows}/{}", call.label);
             match verdict {
                 Ok(()) => println!(
