@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 use policy::{Algo, Collective, DType, Mode, TableKey};
 
-use crate::backend::{Backend, BackendError, Repetitions};
+use crate::backend::{Backend, Repetitions};
 use crate::candidates::{self, Column, Effort};
 use crate::evidence::{
     EVIDENCE_VERSION, Evidence, KeyEvidence, MeasuredPlatform, PointOrigin, SettingsRecord,
@@ -301,25 +301,13 @@ pub fn sweep(
         if !key_evidence.points.is_empty() {
             evidence.keys.push(key_evidence);
         }
-        match result {
-            Ok(()) => {}
-            Err(Stop::Interrupted) => {
-                status = RunStatus::Interrupted;
-                break;
-            }
-            Err(Stop::Failed(message)) => {
-                status = RunStatus::Failed(message);
-                break;
-            }
+        if let Err(stop) = result {
+            status = stop;
+            break;
         }
     }
     evidence.complete = status == RunStatus::Complete;
     Ok(SweepOutcome { evidence, status })
-}
-
-enum Stop {
-    Interrupted,
-    Failed(String),
 }
 
 /// The measuring of one key.
@@ -332,7 +320,12 @@ struct KeyRun<'a> {
 }
 
 impl KeyRun<'_> {
-    fn measure_key(&mut self, plan: &KeyPlan, observer: &mut dyn Observer) -> Result<(), Stop> {
+    /// The grid, then the probes; `Err` says why the key stopped short.
+    fn measure_key(
+        &mut self,
+        plan: &KeyPlan,
+        observer: &mut dyn Observer,
+    ) -> Result<(), RunStatus> {
         for &bytes in &plan.sizes {
             self.measure_size(bytes, PointOrigin::Grid, observer)?;
         }
@@ -350,41 +343,19 @@ impl KeyRun<'_> {
         bytes: u64,
         origin: PointOrigin,
         observer: &mut dyn Observer,
-    ) -> Result<(), Stop> {
-        let candidates = self
-            .backend
-            .candidates(self.key.collective, self.key.world_size, bytes);
-        for algo in candidates {
-            if observer.should_stop() {
-                return Err(Stop::Interrupted);
-            }
-            if self
-                .columns
-                .get(&bytes)
-                .is_some_and(|c| c.contains_key(&algo))
-            {
-                continue;
-            }
-            let result = candidates::measure_point(
-                &mut *self.backend,
-                self.key,
-                bytes,
-                algo,
-                origin,
-                &self.effort,
-            );
-            let (point, failure) = match result {
-                Ok(point) => (point, None),
-                Err((point, e)) => (point, Some(e)),
-            };
-            self.columns.entry(bytes).or_default().insert(algo, point);
-            if let Some(e) = failure {
-                return Err(self.failed(bytes, algo, &e));
-            }
-            observer.point_done(&self.key, bytes, algo);
-        }
+    ) -> Result<(), RunStatus> {
+        let column = self.columns.entry(bytes).or_default();
+        let (backend, key) = (&mut *self.backend, self.key);
+        candidates::first_look(
+            backend,
+            key,
+            (bytes, origin),
+            &self.effort,
+            column,
+            observer,
+        )?;
         if observer.should_stop() {
-            return Err(Stop::Interrupted);
+            return Err(RunStatus::Interrupted);
         }
         let rounds = match origin {
             PointOrigin::Grid => self.settings.max_remeasure_rounds,
@@ -395,15 +366,7 @@ impl KeyRun<'_> {
             candidates::settle(&mut *self.backend, self.key, column, rounds, &self.effort);
         settled
             .map(|_| ())
-            .map_err(|(algo, e)| self.failed(bytes, algo, &e))
-    }
-
-    fn failed(&self, bytes: u64, algo: Algo, error: &BackendError) -> Stop {
-        Stop::Failed(format!(
-            "{} {} at {bytes} bytes: {error}",
-            self.key,
-            algo.name()
-        ))
+            .map_err(|(algo, e)| RunStatus::failed(self.key, algo, bytes, &e))
     }
 
     fn column(&self, bytes: u64) -> Option<&Column> {
@@ -457,7 +420,7 @@ impl KeyRun<'_> {
         align: u64,
         budget: &mut u32,
         observer: &mut dyn Observer,
-    ) -> Result<(), Stop> {
+    ) -> Result<(), RunStatus> {
         if *budget == 0 || high as f64 / low as f64 - 1.0 <= self.settings.bisect_resolution {
             return Ok(());
         }

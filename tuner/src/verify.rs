@@ -637,7 +637,15 @@ impl SizeJudge<'_> {
     ) -> Result<SizeOutcome, RunStatus> {
         let key = self.key;
         let chosen = effective_choice(&*self.backend, self.docs, key, bytes);
-        let mut column = self.first_look(bytes)?;
+        let mut column = Column::new();
+        candidates::first_look(
+            &mut *self.backend,
+            key,
+            (bytes, PointOrigin::Grid),
+            &self.settings.effort,
+            &mut column,
+            &mut *self.observer,
+        )?;
         for (&algo, point) in &column {
             if algo != chosen
                 && let Some(error) = &point.error
@@ -663,7 +671,7 @@ impl SizeJudge<'_> {
             effort.max_remeasure_rounds,
             effort,
         )
-        .map_err(|(algo, e)| failed(key, algo, bytes, &e))?;
+        .map_err(|(algo, e)| RunStatus::failed(key, algo, bytes, &e))?;
         self.note_spreads(&column);
         let rival = candidates::medians(&column)
             .into_iter()
@@ -703,32 +711,6 @@ impl SizeJudge<'_> {
             }));
         }
         self.interleaved(bytes, kind, chosen, rival)
-    }
-
-    /// Every candidate verified and timed once.
-    fn first_look(&mut self, bytes: u64) -> Result<Column, RunStatus> {
-        let key = self.key;
-        let mut column = Column::new();
-        for algo in self
-            .backend
-            .candidates(key.collective, key.world_size, bytes)
-        {
-            if self.observer.should_stop() {
-                return Err(RunStatus::Interrupted);
-            }
-            let point = candidates::measure_point(
-                &mut *self.backend,
-                key,
-                bytes,
-                algo,
-                PointOrigin::Grid,
-                &self.settings.effort,
-            )
-            .map_err(|(_, e)| failed(key, algo, bytes, &e))?;
-            column.insert(algo, point);
-            self.observer.point_done(&key, bytes, algo);
-        }
-        Ok(column)
     }
 
     /// The choice and its rival from scratch, in interleaved rounds, until
@@ -774,7 +756,7 @@ impl SizeJudge<'_> {
                 done,
                 settings.effort.reps,
             )
-            .map_err(|(algo, e)| failed(key, algo, bytes, &e))?;
+            .map_err(|(algo, e)| RunStatus::failed(key, algo, bytes, &e))?;
             done += 1;
             let r = regret_of(&column, chosen, rival, settings.effort.confidence);
             let clear = clear_of_limits(&r, kind, settings);
@@ -801,15 +783,6 @@ impl SizeJudge<'_> {
             self.spreads.push(stats::relative_noise(&point.samples_us));
         }
     }
-}
-
-fn failed(
-    key: TableKey,
-    algo: Algo,
-    bytes: u64,
-    error: &crate::backend::BackendError,
-) -> RunStatus {
-    RunStatus::Failed(format!("{} {} at {bytes} bytes: {error}", key, algo.name()))
 }
 
 /// The regret of `chosen` against `rival` from the samples in `column`, as a
