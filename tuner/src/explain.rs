@@ -66,16 +66,9 @@ impl WorldMemory {
     /// when what they select fits.
     pub fn cap(&self, tables: &TableSet, query: Query) -> Option<u64> {
         let (arch, link, world) = (query.arch, query.link, query.key.world_size);
-        let capacities: Vec<policy::CapacityEntry> = Collective::ALL
-            .into_iter()
-            .flat_map(|c| c.algos().iter().map(move |&a| (c, a)))
-            .filter(|(_, a)| a.is_custom())
-            .map(|(collective, algo)| policy::CapacityEntry {
-                collective,
-                algo,
-                capacity: tables.capacity(arch, link, collective, algo),
-            })
-            .collect();
+        let capacities = crate::grid::custom_capacities(|collective, algo| {
+            tables.capacity(arch, link, collective, algo)
+        });
         let bands: Vec<(Collective, &[policy::Band])> = tables
             .platform_for(arch, link)
             .map(|p| p.tables)

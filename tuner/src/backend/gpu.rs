@@ -382,18 +382,10 @@ fn windows_supported(version: Option<&str>) -> bool {
 /// on a window is a candidate only where NCCL runs and has windows (never
 /// in a loopback world of several ranks, where NCCL refuses to run).
 fn capacities(arch: policy::Arch, link: Link, windows: bool) -> Vec<CapacityEntry> {
-    let mut entries = Vec::new();
-    for collective in Collective::ALL {
-        for &algo in collective.algos() {
-            if algo.is_custom() && (windows || algo.kind() != policy::AlgoKind::Window) {
-                entries.push(CapacityEntry {
-                    collective,
-                    algo,
-                    capacity: policy::capacity(arch, link, collective, algo),
-                });
-            }
-        }
-    }
+    let mut entries = crate::grid::custom_capacities(|collective, algo| {
+        policy::capacity(arch, link, collective, algo)
+    });
+    entries.retain(|e| windows || e.algo.kind() != policy::AlgoKind::Window);
     entries
 }
 

@@ -206,8 +206,9 @@ impl SyntheticConfig {
                 models.insert((collective, algo), model);
             }
         }
-        // Only the planted algorithms are offered (and declared).
-        let capacities = default_capacities()
+        // Only the planted algorithms are offered (and declared), with the
+        // capacities `kernels` assumes when a platform file declares none.
+        let capacities = crate::grid::custom_capacities(policy::default_capacity)
             .into_iter()
             .filter(|entry| models.contains_key(&(entry.collective, entry.algo)))
             .collect();
@@ -358,23 +359,6 @@ pub const PLANTED_ALL_GATHER: &[(Algo, u64)] =
 /// until 2 MiB, then the unfused path.
 pub const PLANTED_FUSED: &[(Algo, u64)] =
     &[(Algo::TwoShotPush, 128 * KIB), (Algo::Unfused, 2 * MIB)];
-
-/// The capacities `kernels` assumes when a platform file declares none.
-pub fn default_capacities() -> Vec<CapacityEntry> {
-    let mut entries = Vec::new();
-    for collective in Collective::ALL {
-        for &algo in collective.algos() {
-            if algo.is_custom() {
-                entries.push(CapacityEntry {
-                    collective,
-                    algo,
-                    capacity: policy::default_capacity(collective, algo),
-                });
-            }
-        }
-    }
-    entries
-}
 
 /// The seeded model-based backend.
 pub struct SyntheticBackend {
