@@ -50,6 +50,12 @@ pub fn bands(bands: &[Band]) -> String {
         .join(" | ")
 }
 
+/// `tuned_schema`'s diagnostics, each on an indented line of its own: what
+/// follows the `…:` of a message about them.
+pub fn diagnostics(list: &[tuned_schema::Diagnostic]) -> String {
+    list.iter().map(|d| format!("\n  {d}")).collect()
+}
+
 /// A report as `--json` prints it: pretty JSON and a newline.
 pub fn json(report: &impl serde::Serialize) -> String {
     let mut text = serde_json::to_string_pretty(report).expect("reports are plain data");

@@ -14,6 +14,18 @@ use crate::format;
 /// RMSNorm calls the tuner makes unless told otherwise: a Llama-8B's.
 pub const DEFAULT_HIDDEN: usize = 4096;
 
+/// Refuses a hidden size (`--hidden`) the fused kernels do not take.
+pub fn check(hidden: usize) -> Result<(), String> {
+    let (low, high, step) = (policy::HIDDEN_MIN, policy::HIDDEN_MAX, policy::HIDDEN_STEP);
+    if (low..=high).contains(&hidden) && hidden.is_multiple_of(step) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--hidden {hidden}: a row is a multiple of {step} elements in {low}..={high}"
+        ))
+    }
+}
+
 /// One key's crossovers at another hidden size, against the first's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Comparison {

@@ -121,13 +121,12 @@ pub fn band_of(bands: &[Band], bytes: u64) -> Option<(usize, u64, u64, Algo)> {
         .map(|(i, (low, high, algo))| (i, low, high, algo))
 }
 
+/// Why the tables at `shown` cannot be used.
 fn refused(shown: &str, diagnostics: &[tuned_schema::Diagnostic]) -> String {
-    let mut message = format!("{shown} would not compile into policy:");
-    for d in diagnostics {
-        message.push_str("\n  ");
-        message.push_str(&d.to_string());
-    }
-    message
+    format!(
+        "{shown} would not compile into policy:{}",
+        crate::format::diagnostics(diagnostics)
+    )
 }
 
 fn leak(text: String) -> &'static str {

@@ -9,6 +9,7 @@ use policy::{Arch, Link};
 use tuned_schema::validate::validate_documents;
 use tuned_schema::{Diagnostic, Document, Source};
 
+use crate::format::diagnostics;
 use crate::tuned_file::existing_document;
 
 /// Runs every check the proc-macro runs on `doc` as it would sit in `folder`,
@@ -20,7 +21,7 @@ pub fn check_in_folder(doc: &Document, folder: &Path, replacing: &Path) -> Resul
     for sibling in siblings(folder, replacing) {
         docs.push(sibling.usable_for(doc.platform.arch, doc.platform.link)?);
     }
-    validate_documents(&docs).map_err(|d| diagnostics_text(&d))
+    validate_documents(&docs).map_err(|d| diagnostics(&d))
 }
 
 /// What stands in the way of writing `<arch>-<link>` tables to `toml_path`,
@@ -44,7 +45,7 @@ pub fn check_folder(toml_path: &Path, arch: Arch, link: Link) -> Result<Option<D
         format!(
             "cannot merge into {}, which does not parse (fix or move it first):{}",
             toml_path.display(),
-            diagnostics_text(&d)
+            diagnostics(&d)
         )
     })
 }
@@ -148,7 +149,7 @@ impl Sibling {
             format!(
                 "{} does not parse, and policy-macros compiles every *.toml of a folder, so the folder would not build; fix or move it:{}",
                 self.path.display(),
-                diagnostics_text(&d)
+                diagnostics(&d)
             )
         })?;
         if (doc.platform.arch, doc.platform.link) == (arch, link) {
@@ -193,11 +194,6 @@ fn toml_paths(folder: &Path) -> Vec<PathBuf> {
         .collect();
     paths.sort();
     paths
-}
-
-/// Diagnostics as indented lines under a message.
-fn diagnostics_text(list: &[Diagnostic]) -> String {
-    list.iter().map(|d| format!("\n  {d}")).collect()
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

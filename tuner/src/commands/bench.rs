@@ -121,15 +121,10 @@ fn collectives(text: &str) -> Result<Collectives, String> {
         .map_err(|e| format!("{e}, or both"))
 }
 
-/// What the arguments ask for, checked before any GPU is looked for.
-struct Plan {
-    sizes: Vec<u64>,
-    /// The configuration whose last rank stalls ([`bench_with_stall`]).
-    stall: Option<(Algo, u64)>,
-}
-
 impl BenchArgs {
-    fn plan(&self, stall: Option<(Algo, u64)>) -> Result<Plan, String> {
+    /// The sizes to time, once every argument is checked (before any GPU is
+    /// looked for).
+    fn sizes(&self) -> Result<Vec<u64>, String> {
         let sizes = parse_sizes(&self.sizes, self.step).map_err(|e| format!("--sizes: {e}"))?;
         if sizes.is_empty() {
             return Err(format!("--sizes {} names no size", self.sizes));
@@ -137,13 +132,7 @@ impl BenchArgs {
         if self.samples == 0 {
             return Err("--samples must be at least 1".to_string());
         }
-        let (low, high, step) = (policy::HIDDEN_MIN, policy::HIDDEN_MAX, policy::HIDDEN_STEP);
-        if !(low..=high).contains(&self.hidden) || !self.hidden.is_multiple_of(step) {
-            return Err(format!(
-                "--hidden {}: a row is a multiple of {step} elements in {low}..={high}",
-                self.hidden
-            ));
-        }
+        crate::hidden::check(self.hidden)?;
         if [&self.csv, &self.json]
             .iter()
             .all(|p| p.as_deref() == Some(std::path::Path::new("-")))
@@ -158,7 +147,7 @@ impl BenchArgs {
                 return Err("no algorithm of --algos implements the --collective chosen".into());
             }
         }
-        Ok(Plan { sizes, stall })
+        Ok(sizes)
     }
 }
 
@@ -304,7 +293,7 @@ fn default_calls(bytes: u64) -> u32 {
 /// Times every configuration the arguments describe and prints one row each;
 /// fails (after writing the CSV and JSON) if any configuration failed.
 pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<Exit, Error> {
-    bench_with(args, None, out)
+    run(args, None, out)
 }
 
 /// [`bench()`] with a fault injected, to test recovery (the command line cannot
@@ -317,16 +306,13 @@ pub fn bench_with_stall(
     stall: (Algo, u64),
     out: &mut dyn Write,
 ) -> Result<Exit, Error> {
-    bench_with(args, Some(stall), out)
+    run(args, Some(stall), out)
 }
 
-fn bench_with(
-    args: &BenchArgs,
-    stall: Option<(Algo, u64)>,
-    out: &mut dyn Write,
-) -> Result<Exit, Error> {
-    let plan = args.plan(stall).map_err(Error::Usage)?;
-    gpu::run(args, &plan, out)?;
+/// `stall`: the configuration whose last rank stalls ([`bench_with_stall`]).
+fn run(args: &BenchArgs, stall: Option<(Algo, u64)>, out: &mut dyn Write) -> Result<Exit, Error> {
+    let sizes = args.sizes().map_err(Error::Usage)?;
+    gpu::run(args, &sizes, stall, out)?;
     Ok(Exit::Ok)
 }
 
@@ -390,7 +376,8 @@ mod gpu {
 
     pub(super) fn run(
         _: &super::BenchArgs,
-        _: &super::Plan,
+        _: &[u64],
+        _: Option<(policy::Algo, u64)>,
         _: &mut dyn std::io::Write,
     ) -> Result<(), Error> {
         Err(Error::NoGpu(
@@ -409,7 +396,7 @@ mod gpu {
     use serde::Serialize;
 
     use super::super::Error as CommandError;
-    use super::{BenchArgs, Outcome, Plan, Row, Timing, compare, csv, default_calls, write_rows};
+    use super::{BenchArgs, Outcome, Row, Timing, compare, csv, default_calls, write_rows};
     use crate::harness::timing::{
         GpuStack, TimingSpec, gpu_stack, measure, stall_last_rank, unfused_all_reduce, validate,
     };
@@ -418,24 +405,25 @@ mod gpu {
 
     pub(super) fn run(
         cli: &BenchArgs,
-        plan: &Plan,
+        sizes: &[u64],
+        stall: Option<(Algo, u64)>,
         out: &mut dyn Write,
     ) -> Result<(), CommandError> {
         // The runtime's own wording for a missing driver or GPU.
         kernels::open_device(0).map_err(|e| CommandError::NoGpu(e.to_string()))?;
         let gpus = kernels::visible_gpus()
             .map_err(|e| CommandError::NoGpu(format!("the driver lists no usable GPU: {e}")))?;
-        measure_all(cli, plan, gpus, out).map_err(CommandError::Failed)
+        measure_all(cli, sizes, stall, gpus, out).map_err(CommandError::Failed)
     }
 
     fn measure_all(
         cli: &BenchArgs,
-        plan: &Plan,
+        sizes: &[u64],
+        stall: Option<(Algo, u64)>,
         gpus: usize,
         out: &mut dyn Write,
     ) -> Result<(), String> {
         let (collectives, dtypes, modes) = (&cli.collective.0, &cli.dtype, &cli.modes);
-        let (sizes, verify_max) = (&plan.sizes, cli.verify_max);
         // With --csv - or --json -, standard output carries that alone.
         let to_stdout = [&cli.csv, &cli.json]
             .iter()
@@ -493,11 +481,10 @@ mod gpu {
                             continue;
                         }
                         for &algo in &algos {
-                            let stalled = plan.stall == Some((algo, bytes));
+                            let stalled = stall == Some((algo, bytes));
                             let outcome = match keeper.ranks() {
                                 Ok(ranks) => bench_one(
-                                    ranks, cli, collective, dtype, mode, bytes, algo, verify_max,
-                                    stalled,
+                                    ranks, cli, collective, dtype, mode, bytes, algo, stalled,
                                 ),
                                 Err(e) => Outcome::Failed {
                                     error: format!("building a world: {e}"),
@@ -593,7 +580,6 @@ mod gpu {
         mode: Mode,
         bytes: u64,
         algo: Algo,
-        verify_max: u64,
         stalled: bool,
     ) -> Outcome {
         let failed = |error: String| Outcome::Failed { error };
@@ -613,7 +599,7 @@ mod gpu {
                 },
             );
         }
-        let verified = bytes <= verify_max;
+        let verified = bytes <= cli.verify_max;
         if verified
             && let Err(e) = validate(ranks, collective, dtype, algo, bytes, cli.hidden, bytes)
         {

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::args::FitArgs;
-use super::{Error, Exit, diagnostics};
+use super::{Error, Exit};
 use crate::evidence::Evidence;
 use crate::fit::fit as fit_bands;
 use crate::tuned_file::{
@@ -105,9 +105,9 @@ pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
             let doc = build_document(&evidence, &result, Some(&reference), Vec::new());
             tuned_schema::validate::validate_documents(std::slice::from_ref(&doc)).map_err(
                 |d| {
-                    Error::Failed(diagnostics(
-                        "the fitted tables would not compile into policy:",
-                        &d,
+                    Error::Failed(format!(
+                        "the fitted tables would not compile into policy:{}",
+                        crate::format::diagnostics(&d)
                     ))
                 },
             )?;

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::args::FitArgs;
-use super::{Error, Exit, diagnostics};
+use super::{Error, Exit, read_tuned_file};
 use crate::evidence::Evidence;
 use crate::fit::fit;
 use crate::plot::{INDEX, plot_evidence};
@@ -97,20 +97,13 @@ fn toml_bands(
     path: &Path,
     evidence: &Evidence,
 ) -> Result<BTreeMap<policy::TableKey, Vec<policy::Band>>, Error> {
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::Input(format!("cannot read {shown}: {e}")))?;
-    let doc = tuned_schema::validate::parse_document(&shown, &text).map_err(|d| {
-        Error::Input(diagnostics(
-            &format!("{shown} is not a valid tuned file:"),
-            &d,
-        ))
-    })?;
+    let doc = read_tuned_file(path)?;
     let (want, have) = (&evidence.platform, &doc.platform);
     let answers = have.link == want.link && want.arch.answered_by([have.arch]) == Some(have.arch);
     if !answers {
         return Err(Error::Usage(format!(
-            "--toml {shown} is for {} {}, but the evidence is from {} {}: its bands do not answer that platform",
+            "--toml {} is for {} {}, but the evidence is from {} {}: its bands do not answer that platform",
+            path.display(),
             have.arch,
             have.link.name(),
             want.arch,

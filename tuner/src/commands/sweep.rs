@@ -252,13 +252,8 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
 
 /// `--hidden`: at least one size, each one kernels take, none twice.
 fn check_hidden(hidden: &[usize]) -> Result<(), Error> {
-    let (low, high, step) = (policy::HIDDEN_MIN, policy::HIDDEN_MAX, policy::HIDDEN_STEP);
     for (i, &h) in hidden.iter().enumerate() {
-        if !(low..=high).contains(&h) || !h.is_multiple_of(step) {
-            return Err(Error::Usage(format!(
-                "--hidden {h}: a row is a multiple of {step} elements in {low}..={high}"
-            )));
-        }
+        crate::hidden::check(h).map_err(Error::Usage)?;
         if hidden[..i].contains(&h) {
             return Err(Error::Usage(format!("--hidden names {h} twice")));
         }
