@@ -56,14 +56,7 @@ pub fn measure_point(
     origin: PointOrigin,
     effort: &Effort,
 ) -> Result<PointEvidence, (PointEvidence, BackendError)> {
-    let mut point = PointEvidence {
-        bytes,
-        algo,
-        origin,
-        verified: false,
-        error: None,
-        samples_us: Vec::new(),
-    };
+    let mut point = PointEvidence::new(bytes, algo, origin);
     match backend.validate(key, algo, bytes) {
         Ok(Validated::Yes) => point.verified = true,
         Ok(Validated::Skipped) => {}

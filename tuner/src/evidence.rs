@@ -127,6 +127,18 @@ pub enum PointOrigin {
 }
 
 impl PointEvidence {
+    /// A point of `algo` at `bytes` not yet verified or timed.
+    pub fn new(bytes: u64, algo: Algo, origin: PointOrigin) -> PointEvidence {
+        PointEvidence {
+            bytes,
+            algo,
+            origin,
+            verified: false,
+            error: None,
+            samples_us: Vec::new(),
+        }
+    }
+
     /// Has samples and did not fail verification: `fit` may choose it.
     pub fn usable(&self) -> bool {
         self.error.is_none() && !self.samples_us.is_empty()

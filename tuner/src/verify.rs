@@ -395,7 +395,7 @@ pub fn verify(
                 reason: format!(
                     "world size {} is not available here (available: {})",
                     k.world_size,
-                    list(&available)
+                    crate::format::list(&available)
                 ),
             });
             continue;
@@ -441,10 +441,7 @@ pub fn verify(
                 spreads: &mut spreads,
             };
             match judge.judge(bytes, kind, &mut wrong) {
-                Ok(SizeOutcome::Regret(r)) => regrets.push(r),
-                Ok(SizeOutcome::WrongResult(algo, error)) => {
-                    wrong.push(WrongResult { bytes, algo, error })
-                }
+                Ok(regret) => regrets.extend(regret),
                 Err(stop) => {
                     // What this key measured so far still counts.
                     if !regrets.is_empty() || !wrong.is_empty() {
@@ -493,7 +490,10 @@ fn nothing_judged(
         let mut asked = Vec::new();
         let mut has = Vec::new();
         if !settings.world_sizes.is_empty() {
-            asked.push(format!("--world-sizes {}", list(&settings.world_sizes)));
+            asked.push(format!(
+                "--world-sizes {}",
+                crate::format::list(&settings.world_sizes)
+            ));
             has.push(format!(
                 "world sizes {}",
                 names(tables().map(|k| k.world_size), |w| w.to_string())
@@ -536,11 +536,6 @@ fn nothing_judged(
         "every selected table was skipped ({} listed above)",
         skipped.len()
     )
-}
-
-fn list(values: &[u32]) -> String {
-    let v: Vec<String> = values.iter().map(u32::to_string).collect();
-    v.join(", ")
 }
 
 /// A table's spread sizes and edge sizes in the range, each once (an edge
@@ -606,13 +601,6 @@ fn estimate(backend: &dyn Backend, work: &[KeyWork], settings: &VerifySettings) 
     (points, seconds)
 }
 
-/// What one size showed.
-enum SizeOutcome {
-    Regret(SizeRegret),
-    /// The file's choice failed verification here.
-    WrongResult(Algo, String),
-}
-
 /// The measuring of one size of one key.
 struct SizeJudge<'a> {
     backend: &'a mut dyn Backend,
@@ -625,16 +613,17 @@ struct SizeJudge<'a> {
 }
 
 impl SizeJudge<'_> {
-    /// Measures one size. A candidate other than the file's choice that gives
-    /// a wrong result is added to `wrong` (the regret there is judged without
-    /// it, so the key cannot pass: with NCCL, the baseline, left out, a table
-    /// could look perfect against custom kernels alone).
+    /// Measures one size: the file's choice against its rival, or `None`
+    /// when the choice gave a wrong result. Every candidate that gives a wrong
+    /// result is added to `wrong`; one other than the choice is left out of
+    /// the regret, so the key cannot pass (with NCCL, the baseline, left out,
+    /// a table could look perfect against custom kernels alone).
     fn judge(
         &mut self,
         bytes: u64,
         kind: SizeKind,
         wrong: &mut Vec<WrongResult>,
-    ) -> Result<SizeOutcome, RunStatus> {
+    ) -> Result<Option<SizeRegret>, RunStatus> {
         let key = self.key;
         let chosen = effective_choice(&*self.backend, self.docs, key, bytes);
         let mut column = Column::new();
@@ -658,10 +647,13 @@ impl SizeJudge<'_> {
             }
         }
         if let Some(point) = column.get(&chosen).filter(|p| !p.usable()) {
-            return Ok(SizeOutcome::WrongResult(
-                chosen,
-                point.error.clone().unwrap_or_default(),
-            ));
+            let error = point.error.clone().unwrap_or_default();
+            wrong.push(WrongResult {
+                bytes,
+                algo: chosen,
+                error,
+            });
+            return Ok(None);
         }
         let effort = &self.settings.effort;
         candidates::settle(
@@ -678,39 +670,24 @@ impl SizeJudge<'_> {
             .filter(|&(algo, _)| algo != chosen)
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(algo, _)| algo);
+        let confidence = self.settings.effort.confidence;
+        let first = regret_of(&column, kind, chosen, rival, confidence);
         let Some(rival) = rival else {
-            let chosen_us = candidates::medians(&column)[&chosen];
-            return Ok(SizeOutcome::Regret(SizeRegret {
-                bytes,
-                kind,
-                chosen,
-                rival: None,
-                chosen_us,
-                rival_us: None,
-                regret: 0.0,
-                low: 0.0,
-                high: 0.0,
-                rounds: 0,
-            }));
+            return Ok(Some(first));
         };
-        let first = regret_of(&column, chosen, rival, self.settings.effort.confidence);
         let ratio = stats::ratio(
             &column[&chosen].samples_us,
             &column[&rival].samples_us,
-            self.settings.effort.confidence,
+            confidence,
         )
         .expect("both ran");
         // The first look decides only when it shows the choice faster than
         // its rival by more than the worst limit, with confidence: one round
         // each, and one slow round of the rival could hide a regret up to there.
         if ratio.high * (1.0 + self.settings.max_worst_regret) <= 1.0 {
-            return Ok(SizeOutcome::Regret(SizeRegret {
-                bytes,
-                kind,
-                ..first
-            }));
+            return Ok(Some(first));
         }
-        self.interleaved(bytes, kind, chosen, rival)
+        self.interleaved(bytes, kind, chosen, rival).map(Some)
     }
 
     /// The choice and its rival from scratch, in interleaved rounds, until
@@ -722,21 +699,18 @@ impl SizeJudge<'_> {
         kind: SizeKind,
         chosen: Algo,
         rival: Algo,
-    ) -> Result<SizeOutcome, RunStatus> {
+    ) -> Result<SizeRegret, RunStatus> {
         let key = self.key;
         let settings = self.settings;
         self.observer.points_added(2);
         let mut column = Column::new();
         for algo in [chosen, rival] {
+            let point = PointEvidence::new(bytes, algo, PointOrigin::Grid);
             column.insert(
                 algo,
                 PointEvidence {
-                    bytes,
-                    algo,
-                    origin: PointOrigin::Grid,
                     verified: true,
-                    error: None,
-                    samples_us: Vec::new(),
+                    ..point
                 },
             );
         }
@@ -758,7 +732,13 @@ impl SizeJudge<'_> {
             )
             .map_err(|(algo, e)| RunStatus::failed(key, algo, bytes, &e))?;
             done += 1;
-            let r = regret_of(&column, chosen, rival, settings.effort.confidence);
+            let r = regret_of(
+                &column,
+                kind,
+                chosen,
+                Some(rival),
+                settings.effort.confidence,
+            );
             let clear = clear_of_limits(&r, kind, settings);
             regret = Some(r);
             if done >= min_rounds && clear {
@@ -770,12 +750,10 @@ impl SizeJudge<'_> {
         }
         self.note_spreads(&column);
         let regret = regret.expect("at least one round");
-        Ok(SizeOutcome::Regret(SizeRegret {
-            bytes,
-            kind,
+        Ok(SizeRegret {
             rounds: done,
             ..regret
-        }))
+        })
     }
 
     fn note_spreads(&mut self, column: &Column) {
@@ -785,22 +763,33 @@ impl SizeJudge<'_> {
     }
 }
 
-/// The regret of `chosen` against `rival` from the samples in `column`, as a
-/// spread size with no interleaved rounds (the caller fills those in).
-fn regret_of(column: &Column, chosen: Algo, rival: Algo, confidence: f64) -> SizeRegret {
-    let (c, r) = (&column[&chosen], &column[&rival]);
+/// The regret at a size of `kind` of `chosen` against `rival` (none where
+/// nothing else runs: no regret) from the samples in `column`, with no
+/// interleaved rounds (the caller fills those in).
+fn regret_of(
+    column: &Column,
+    kind: SizeKind,
+    chosen: Algo,
+    rival: Option<Algo>,
+    confidence: f64,
+) -> SizeRegret {
+    let c = &column[&chosen];
     let medians = candidates::medians(column);
-    let ratio = stats::ratio(&c.samples_us, &r.samples_us, confidence).expect("both have samples");
+    let ratio = rival.map(|rival| {
+        stats::ratio(&c.samples_us, &column[&rival].samples_us, confidence)
+            .expect("both have samples")
+    });
+    let excess = |x: f64| (x - 1.0).max(0.0);
     SizeRegret {
         bytes: c.bytes,
-        kind: SizeKind::Spread,
+        kind,
         chosen,
-        rival: Some(rival),
+        rival,
         chosen_us: medians[&chosen],
-        rival_us: Some(medians[&rival]),
-        regret: (ratio.ratio - 1.0).max(0.0),
-        low: (ratio.low - 1.0).max(0.0),
-        high: (ratio.high - 1.0).max(0.0),
+        rival_us: rival.map(|rival| medians[&rival]),
+        regret: ratio.map_or(0.0, |r| excess(r.ratio)),
+        low: ratio.map_or(0.0, |r| excess(r.low)),
+        high: ratio.map_or(0.0, |r| excess(r.high)),
         rounds: 0,
     }
 }
