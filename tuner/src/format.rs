@@ -50,6 +50,12 @@ pub fn bands(bands: &[Band]) -> String {
         .join(" | ")
 }
 
+/// `2, 4, 8`.
+pub fn list(values: &[u32]) -> String {
+    let values: Vec<String> = values.iter().map(u32::to_string).collect();
+    values.join(", ")
+}
+
 /// `tuned_schema`'s diagnostics, each on an indented line of its own: what
 /// follows the `…:` of a message about them.
 pub fn diagnostics(list: &[tuned_schema::Diagnostic]) -> String {

@@ -157,7 +157,7 @@ pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan
         if let Some(missing) = settings.world_sizes.iter().find(|w| !available.contains(w)) {
             return Err(format!(
                 "world size {missing} is not available here (available: {})",
-                list(&available)
+                crate::format::list(&available)
             ));
         }
         settings.world_sizes.clone()
@@ -230,14 +230,6 @@ fn key_sizes(
     sizes.sort_unstable();
     sizes.dedup();
     sizes
-}
-
-fn list(values: &[u32]) -> String {
-    values
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Runs the sweep. Stops cleanly, keeping every sample measured so far, when

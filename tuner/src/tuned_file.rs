@@ -194,11 +194,12 @@ fn capacity_text(max_bytes: u64, align: u64) -> String {
 }
 
 /// Tables that describe no GPU platform: `synthetic` (the seeded latency
-/// model's) or `loopback` (every rank on one GPU). `None` for a real sweep.
-pub fn test_kind(evidence: &Evidence) -> Option<&'static str> {
-    if source_of(evidence) == Source::Synthetic {
+/// model's, from the backend so named) or `loopback` (every rank on one GPU).
+/// `None` for a real sweep.
+pub fn test_kind(backend: &str, link: Link) -> Option<&'static str> {
+    if backend == "synthetic" {
         Some("synthetic")
-    } else if evidence.platform.link == Link::Loopback {
+    } else if link == Link::Loopback {
         Some("loopback")
     } else {
         None

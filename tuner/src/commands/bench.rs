@@ -392,7 +392,7 @@ mod gpu {
     use std::io::Write;
 
     use kernels::{Error, Fallback, Options, RankComm};
-    use policy::{Algo, Collective, DType, Link, Mode};
+    use policy::{Algo, Collective, Link};
     use serde::Serialize;
 
     use super::super::Error as CommandError;
@@ -481,11 +481,20 @@ mod gpu {
                             continue;
                         }
                         for &algo in &algos {
+                            let spec = TimingSpec {
+                                collective,
+                                dtype,
+                                algo,
+                                bytes,
+                                mode,
+                                calls_per_sample: cli.calls.unwrap_or_else(|| default_calls(bytes)),
+                                samples: cli.samples,
+                                warmup: cli.warmup,
+                                hidden: cli.hidden,
+                            };
                             let stalled = stall == Some((algo, bytes));
                             let outcome = match keeper.ranks() {
-                                Ok(ranks) => bench_one(
-                                    ranks, cli, collective, dtype, mode, bytes, algo, stalled,
-                                ),
+                                Ok(ranks) => bench_one(ranks, &spec, cli.verify_max, stalled),
                                 Err(e) => Outcome::Failed {
                                     error: format!("building a world: {e}"),
                                 },
@@ -571,17 +580,22 @@ mod gpu {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Verifies `spec`'s configuration (up to `verify_max` bytes) and times
+    /// it, or (`stalled`) injects a stall of its last rank.
     fn bench_one(
         ranks: &mut [RankComm],
-        cli: &BenchArgs,
-        collective: Collective,
-        dtype: DType,
-        mode: Mode,
-        bytes: u64,
-        algo: Algo,
+        spec: &TimingSpec,
+        verify_max: u64,
         stalled: bool,
     ) -> Outcome {
+        let &TimingSpec {
+            collective,
+            dtype,
+            algo,
+            bytes,
+            hidden,
+            ..
+        } = spec;
         let failed = |error: String| Outcome::Failed { error };
         if let Some(reason) = ranks[0].would_decline(collective, algo, bytes) {
             return Outcome::Declined {
@@ -590,7 +604,7 @@ mod gpu {
         }
         if stalled {
             return failed(
-                match stall_last_rank(ranks, collective, dtype, algo, bytes, cli.hidden) {
+                match stall_last_rank(ranks, collective, dtype, algo, bytes, hidden) {
                     Err(e) => format!("injected stall of the last rank: {e}"),
                     Ok(()) => {
                         "injected stall of the last rank: the others did not notice (no error)"
@@ -599,24 +613,11 @@ mod gpu {
                 },
             );
         }
-        let verified = bytes <= cli.verify_max;
-        if verified
-            && let Err(e) = validate(ranks, collective, dtype, algo, bytes, cli.hidden, bytes)
-        {
+        let verified = bytes <= verify_max;
+        if verified && let Err(e) = validate(ranks, collective, dtype, algo, bytes, hidden, bytes) {
             return failed(e.to_string());
         }
-        let spec = TimingSpec {
-            collective,
-            dtype,
-            algo,
-            bytes,
-            mode,
-            calls_per_sample: cli.calls.unwrap_or_else(|| default_calls(bytes)),
-            samples: cli.samples,
-            warmup: cli.warmup,
-            hidden: cli.hidden,
-        };
-        match measure(ranks, &spec) {
+        match measure(ranks, spec) {
             Ok(mut micros) => {
                 micros.sort_by(f64::total_cmp);
                 let median = stats::quantile(&micros, 0.5);

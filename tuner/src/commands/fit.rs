@@ -120,7 +120,7 @@ pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         }
         Target::File(path) => path,
     };
-    if let Some(kind) = test_kind(&evidence)
+    if let Some(kind) = test_kind(&evidence.platform.backend, evidence.platform.link)
         && !args.force
     {
         check_test_destination(kind, &toml_path).map_err(Error::Usage)?;

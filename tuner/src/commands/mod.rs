@@ -88,6 +88,14 @@ impl From<std::io::Error> for Error {
     }
 }
 
+/// The tables a command's `TABLES` argument names (a tuned file or a folder
+/// of them), or without one the tables compiled into policy.
+fn table_set(path: Option<&std::path::Path>) -> Result<crate::tables::TableSet, Error> {
+    path.map_or(Ok(crate::tables::TableSet::Compiled), |path| {
+        crate::tables::TableSet::load(path).map_err(Error::Input)
+    })
+}
+
 /// The tuned file at `path`, parsed and checked on its own; a file that
 /// cannot be read or is not valid is an input error naming it.
 fn read_tuned_file(path: &std::path::Path) -> Result<tuned_schema::Document, Error> {

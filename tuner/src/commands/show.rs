@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use policy::{Arch, Collective, DType, Link, Mode};
 
 use super::args::{arch, collective, dtype, link, mode};
-use super::{Error, Exit};
+use super::{Error, Exit, table_set};
 use crate::show::{ShowFilter, render, to_json};
-use crate::tables::TableSet;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct ShowArgs {
@@ -45,10 +44,7 @@ pub struct ShowArgs {
 }
 
 pub fn show(args: &ShowArgs, out: &mut dyn Write) -> Result<Exit, Error> {
-    let tables = match &args.tables {
-        Some(path) => TableSet::load(path).map_err(Error::Input)?,
-        None => TableSet::Compiled,
-    };
+    let tables = table_set(args.tables.as_deref())?;
     let filter = ShowFilter {
         arch: args.arch,
         link: args.link,
@@ -59,8 +55,7 @@ pub fn show(args: &ShowArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         notes: args.notes,
     };
     if args.json {
-        let text = serde_json::to_string_pretty(&to_json(&tables, &filter)).unwrap_or_default();
-        writeln!(out, "{text}")?;
+        write!(out, "{}", crate::format::json(&to_json(&tables, &filter)))?;
     } else {
         write!(out, "{}", render(&tables, &filter))?;
     }

@@ -13,7 +13,7 @@ use crate::observe::RunStatus;
 use crate::progress::{Progress, install_ctrl_c};
 use crate::sweep::{SweepSettings, plan, sweep as run_sweep};
 use crate::tuned_file::{
-    FitReport, WriteFailure, evidence_file_name, file_stem, toml_file_name, write_fitted,
+    FitReport, WriteFailure, evidence_file_name, file_stem, test_kind, toml_file_name, write_fitted,
 };
 use crate::tuned_folder::{check_folder, check_test_destination};
 use policy::Collective;
@@ -137,11 +137,7 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     // Everything that could stop the results from being written is checked
     // now, before minutes of measuring.
     let synthetic = platform.backend == "synthetic";
-    let kind = match (synthetic, link) {
-        (true, _) => Some("synthetic"),
-        (false, policy::Link::Loopback) => Some("loopback"),
-        (false, _) => None,
-    };
+    let kind = test_kind(&platform.backend, link);
     let destination = Destination {
         out_dir: &out_dir,
         toml_path: &toml_path,

@@ -72,12 +72,6 @@ fn check_arguments(args: &VerifyArgs) -> Result<(), Error> {
             args.alpha
         )));
     }
-    if args.keys.min_bytes == 0 || args.keys.min_bytes > args.keys.max_bytes {
-        return Err(Error::Input(format!(
-            "invalid size range: --min-bytes {} must be above 0 and at most --max-bytes {}",
-            args.keys.min_bytes, args.keys.max_bytes
-        )));
-    }
     for (flag, pct) in [
         ("--max-median-regret-pct", args.max_median_regret_pct),
         ("--max-worst-regret-pct", args.max_worst_regret_pct),
@@ -92,6 +86,7 @@ fn check_arguments(args: &VerifyArgs) -> Result<(), Error> {
 }
 
 pub fn verify(args: &VerifyArgs, out: &mut dyn Write) -> Result<Exit, Error> {
+    args.keys.check()?;
     check_arguments(args)?;
     // The file next: a bad path or a malformed file is reported as such on
     // any machine, with or without a GPU.
