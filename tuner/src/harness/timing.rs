@@ -319,6 +319,17 @@ fn call_once<T: Element>(
     }
 }
 
+/// `n` forced calls, one after another.
+fn call_n<T: Element>(
+    rank: &RankComm,
+    collective: Collective,
+    t: &mut Tensors<T>,
+    how: Select,
+    n: u32,
+) -> Result<()> {
+    (0..n).try_for_each(|_| call_once(rank, collective, t, how).map(drop))
+}
+
 fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
     if spec.samples == 0 || spec.calls_per_sample == 0 {
         return Err(Error::Mismatch(
@@ -345,49 +356,35 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
             })
             .collect::<Result<Vec<_>>>()?;
         let calls = spec.calls_per_sample;
-        match spec.mode {
+        let graph = match spec.mode {
             Mode::Eager => {
-                for _ in 0..spec.warmup {
-                    call_once(rank, spec.collective, &mut t, how)?;
-                }
-                rank.check()?;
-                barrier.wait(rank.rank())?;
-                // One untimed round absorbs the skew of the threads' start.
-                for _ in 0..calls {
-                    call_once(rank, spec.collective, &mut t, how)?;
-                }
-                marks[0]
-                    .record(&stream)
-                    .during("recording a timing event")?;
-                for mark in &marks[1..] {
-                    for _ in 0..calls {
-                        call_once(rank, spec.collective, &mut t, how)?;
-                    }
-                    mark.record(&stream).during("recording a timing event")?;
-                }
+                call_n(rank, spec.collective, &mut t, how, spec.warmup)?;
+                None
             }
             Mode::Graph => {
-                let graph = rank.capture(|r| {
-                    for _ in 0..calls {
-                        call_once(r, spec.collective, &mut t, how)?;
-                    }
-                    Ok(())
-                })?;
+                let graph = rank.capture(|r| call_n(r, spec.collective, &mut t, how, calls))?;
                 graph.upload()?;
                 for _ in 0..spec.warmup.max(1) {
                     graph.launch()?;
                 }
-                rank.check()?;
-                barrier.wait(rank.rank())?;
-                graph.launch()?;
-                marks[0]
-                    .record(&stream)
-                    .during("recording a timing event")?;
-                for mark in &marks[1..] {
-                    graph.launch()?;
-                    mark.record(&stream).during("recording a timing event")?;
-                }
+                Some(graph)
             }
+        };
+        // A sample: one replay of the graph, or as many eager calls.
+        let mut sample = || match &graph {
+            Some(graph) => graph.launch(),
+            None => call_n(rank, spec.collective, &mut t, how, calls),
+        };
+        rank.check()?;
+        barrier.wait(rank.rank())?;
+        // One untimed sample absorbs the skew of the threads' start.
+        sample()?;
+        marks[0]
+            .record(&stream)
+            .during("recording a timing event")?;
+        for mark in &marks[1..] {
+            sample()?;
+            mark.record(&stream).during("recording a timing event")?;
         }
         let mut samples = Vec::with_capacity(spec.samples as usize);
         for pair in marks.windows(2) {
