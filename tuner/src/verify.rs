@@ -182,6 +182,24 @@ pub struct Estimate {
     pub high: f64,
 }
 
+/// `1.50% [0.20%, 3.10%]`: the estimate and its interval.
+impl std::fmt::Display for Estimate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} [{}, {}]",
+            pct(self.value),
+            pct(self.low),
+            pct(self.high)
+        )
+    }
+}
+
+/// A fraction as a percentage with two decimals: `1.50%`.
+fn pct(x: f64) -> String {
+    format!("{:.2}%", x * 100.0)
+}
+
 /// The regrets of one kind of size of one key.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct RegretSummary {
@@ -479,53 +497,48 @@ fn nothing_judged(
     }
     if selected == 0 {
         // Per filter given: what was asked for, and what the file has.
-        fn names<T: Ord + Copy>(values: impl Iterator<Item = T>, name: fn(T) -> String) -> String {
+        fn names<T: Ord + Copy, S: ToString>(
+            values: impl Iterator<Item = T>,
+            name: impl Fn(T) -> S,
+        ) -> String {
             let mut v: Vec<T> = values.collect();
             v.sort();
             v.dedup();
-            let v: Vec<String> = v.into_iter().map(name).collect();
+            let v: Vec<String> = v.into_iter().map(|x| name(x).to_string()).collect();
             v.join(", ")
         }
-        let tables = || doc.tables.iter().map(|t| t.key);
-        let mut asked = Vec::new();
-        let mut has = Vec::new();
-        if !settings.world_sizes.is_empty() {
-            asked.push(format!(
-                "--world-sizes {}",
-                crate::format::list(&settings.world_sizes)
-            ));
-            has.push(format!(
-                "world sizes {}",
-                names(tables().map(|k| k.world_size), |w| w.to_string())
-            ));
-        }
-        if !settings.collectives.is_empty() {
-            let name = |c: Collective| c.name().to_string();
-            asked.push(format!(
-                "--collectives {}",
-                names(settings.collectives.iter().copied(), name)
-            ));
-            has.push(format!(
-                "collectives {}",
-                names(tables().map(|k| k.collective), name)
-            ));
-        }
-        if !settings.dtypes.is_empty() {
-            let name = |d: DType| d.name().to_string();
-            asked.push(format!(
-                "--dtypes {}",
-                names(settings.dtypes.iter().copied(), name)
-            ));
-            has.push(format!("dtypes {}", names(tables().map(|k| k.dtype), name)));
-        }
-        if !settings.modes.is_empty() {
-            let name = |m: Mode| m.name().to_string();
-            asked.push(format!(
-                "--modes {}",
-                names(settings.modes.iter().copied(), name)
-            ));
-            has.push(format!("modes {}", names(tables().map(|k| k.mode), name)));
-        }
+        let (mut asked, mut has) = (Vec::new(), Vec::new());
+        let mut filter = |flag: &str, chosen: String, what: &str, of_tables: String| {
+            if !chosen.is_empty() {
+                asked.push(format!("{flag} {chosen}"));
+                has.push(format!("{what} {of_tables}"));
+            }
+        };
+        let keys = || doc.tables.iter().map(|t| t.key);
+        filter(
+            "--world-sizes",
+            crate::format::list(&settings.world_sizes),
+            "world sizes",
+            names(keys().map(|k| k.world_size), |w| w),
+        );
+        filter(
+            "--collectives",
+            names(settings.collectives.iter().copied(), Collective::name),
+            "collectives",
+            names(keys().map(|k| k.collective), Collective::name),
+        );
+        filter(
+            "--dtypes",
+            names(settings.dtypes.iter().copied(), DType::name),
+            "dtypes",
+            names(keys().map(|k| k.dtype), DType::name),
+        );
+        filter(
+            "--modes",
+            names(settings.modes.iter().copied(), Mode::name),
+            "modes",
+            names(keys().map(|k| k.mode), Mode::name),
+        );
         return format!(
             "no table of the file matches {} (its tables have {})",
             asked.join(" "),
@@ -862,7 +875,6 @@ fn summarize(
 
 /// How one regret estimate stands against its limit, and why.
 fn against(name: &str, e: Estimate, limit: f64) -> (Verdict, String) {
-    let pct = |x: f64| format!("{:.2}%", x * 100.0);
     let figures = format!(
         "{name} regret {}, interval {}–{},",
         pct(e.value),
@@ -891,7 +903,6 @@ impl VerifyReport {
     pub fn render(&self) -> String {
         use crate::format::{micros, size};
         use std::fmt::Write;
-        let pct = |x: f64| format!("{:.2}%", x * 100.0);
         let mut out = String::new();
         if let Some(noise) = &self.noise {
             let _ = writeln!(
@@ -912,25 +923,16 @@ impl VerifyReport {
             if let (Some(median), Some(worst)) = (key.spread.median, key.spread.worst) {
                 let _ = writeln!(
                     out,
-                    "  {} spread sizes: regret median {} [{}, {}], worst {} [{}, {}]{}",
+                    "  {} spread sizes: regret median {median}, worst {worst}{}",
                     key.spread.sizes,
-                    pct(median.value),
-                    pct(median.low),
-                    pct(median.high),
-                    pct(worst.value),
-                    pct(worst.low),
-                    pct(worst.high),
                     at(key.spread.worst_at, worst.value)
                 );
             }
             if let Some(worst) = key.edges.worst {
                 let _ = writeln!(
                     out,
-                    "  {} edge sizes: regret worst {} [{}, {}]{}",
+                    "  {} edge sizes: regret worst {worst}{}",
                     key.edges.sizes,
-                    pct(worst.value),
-                    pct(worst.low),
-                    pct(worst.high),
                     at(key.edges.worst_at, worst.value)
                 );
             }
@@ -942,18 +944,20 @@ impl VerifyReport {
                     1 => ", 1 interleaved round".to_string(),
                     n => format!(", {n} interleaved rounds"),
                 };
+                let regret = Estimate {
+                    value: s.regret,
+                    low: s.low,
+                    high: s.high,
+                };
                 let _ = writeln!(
                     out,
-                    "  at {}{}: chose {} {}, {} {}: +{} [{}, {}]{rounds}",
+                    "  at {}{}: chose {} {}, {} {}: +{regret}{rounds}",
                     size(s.bytes),
                     where_(s.kind),
                     s.chosen.name(),
                     micros(Some(s.chosen_us)),
                     s.rival.map_or("-", |r| r.name()),
                     micros(s.rival_us),
-                    pct(s.regret),
-                    pct(s.low),
-                    pct(s.high),
                 );
             }
             for wrong in &key.wrong_results {
