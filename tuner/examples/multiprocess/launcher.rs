@@ -3,14 +3,13 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::DirBuilderExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaContext;
 
-use crate::worker::{remove_dir, scratch_dir};
 use crate::{Cli, Gpus, JoinBy, code, env};
 
 /// A line from a worker, with when it arrived.
@@ -99,8 +98,17 @@ fn launch(cli: &Cli) -> Result<u8, String> {
         }
     );
     let outcome = supervise(cli, world, one_per_gpu, join, &dir);
-    remove_dir(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
     outcome
+}
+
+/// The launcher's scratch directory for one run.
+fn scratch_dir() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    std::env::temp_dir().join(format!("colltune-mp-{}-{nanos}", std::process::id()))
 }
 
 fn supervise(

@@ -68,26 +68,12 @@ fn plan<T: Element>(comm: &RankComm) -> Vec<Call> {
             label: format!("{}-{}-{}B", collective.name(), tag, out_bytes),
         });
     };
-    for bytes in POLICY_ALL_REDUCE {
-        let choice = comm.policy_choice(Collective::AllReduce, dtype, Mode::Graph, bytes);
-        picked.push((Collective::AllReduce, choice));
-        push(
-            Collective::AllReduce,
-            Select::Policy(Mode::Graph),
-            bytes,
-            "policy",
-        );
-    }
-    for per_rank in POLICY_ALL_GATHER {
-        let bytes = per_rank * world;
-        let choice = comm.policy_choice(Collective::AllGather, dtype, Mode::Graph, bytes);
-        picked.push((Collective::AllGather, choice));
-        push(
-            Collective::AllGather,
-            Select::Policy(Mode::Graph),
-            bytes,
-            "policy",
-        );
+    let all_reduces = POLICY_ALL_REDUCE.map(|bytes| (Collective::AllReduce, bytes));
+    let all_gathers = POLICY_ALL_GATHER.map(|per_rank| (Collective::AllGather, per_rank * world));
+    for (collective, bytes) in all_reduces.into_iter().chain(all_gathers) {
+        let choice = comm.policy_choice(collective, dtype, Mode::Graph, bytes);
+        picked.push((collective, choice));
+        push(collective, Select::Policy(Mode::Graph), bytes, "policy");
     }
     // The fused all-reduce + add + RMSNorm has its own suite (gpu_fused.rs).
     for collective in [Collective::AllReduce, Collective::AllGather] {
@@ -107,17 +93,14 @@ fn plan<T: Element>(comm: &RankComm) -> Vec<Call> {
                 .iter()
                 .map(|b| b - b % (world * 16))
                 .find(|&b| b > 0 && fits(b));
-            match bytes {
-                Some(bytes) => push(collective, Select::Force(algo), bytes, algo.name()),
-                None => {
-                    if comm.rank() == 0 {
-                        println!(
-                            "soak: {} {} takes none of the sizes tried; it is not in the graph",
-                            collective.name(),
-                            algo.name()
-                        );
-                    }
-                }
+            if let Some(bytes) = bytes {
+                push(collective, Select::Force(algo), bytes, algo.name());
+            } else if comm.rank() == 0 {
+                println!(
+                    "soak: {} {} takes none of the sizes tried; it is not in the graph",
+                    collective.name(),
+                    algo.name()
+                );
             }
         }
     }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaSlice;
@@ -138,18 +138,19 @@ pub fn run(cli: &Cli) -> u8 {
     let outcome = if cli.matrix {
         watch::idle("the matrix");
         crate::matrix::run(&mut comm, cli)
-    } else if cli.soak {
-        match dtype_of(cli) {
-            Ok(DType::Bf16) => crate::soak::run::<bf16>(&mut comm, cli),
-            Ok(DType::F16) => crate::soak::run::<f16>(&mut comm, cli),
-            Ok(DType::F32) => crate::soak::run::<f32>(&mut comm, cli),
-            Err(f) => Err(f),
-        }
     } else {
+        // The soak, or the decode loop, of `--dtype`'s elements.
+        fn typed<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
+            if cli.soak {
+                crate::soak::run::<T>(comm, cli)
+            } else {
+                decode_loop::<T>(comm, cli)
+            }
+        }
         match dtype_of(cli) {
-            Ok(DType::Bf16) => decode_loop::<bf16>(&mut comm, cli),
-            Ok(DType::F16) => decode_loop::<f16>(&mut comm, cli),
-            Ok(DType::F32) => decode_loop::<f32>(&mut comm, cli),
+            Ok(DType::Bf16) => typed::<bf16>(&mut comm, cli),
+            Ok(DType::F16) => typed::<f16>(&mut comm, cli),
+            Ok(DType::F32) => typed::<f32>(&mut comm, cli),
             Err(f) => Err(f),
         }
     };
@@ -443,17 +444,4 @@ fn decode_loop<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure
         return Ok(code::WRONG);
     }
     Ok(code::OK)
-}
-
-/// The launcher's scratch directory for one run.
-pub fn scratch_dir() -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    std::env::temp_dir().join(format!("colltune-mp-{}-{nanos}", std::process::id()))
-}
-
-pub fn remove_dir(dir: &Path) {
-    let _ = std::fs::remove_dir_all(dir);
 }
