@@ -424,7 +424,11 @@ impl FitResult {
                 "{}: {} sizes, ≥{} samples/point",
                 key.key, key.sizes, key.min_samples
             );
-            let _ = writeln!(out, "  {}", crate::format::bands(&key.bands));
+            let _ = writeln!(
+                out,
+                "  {}",
+                crate::format::bands(&key.bands, crate::format::size)
+            );
             for edge in &key.edges {
                 let _ = writeln!(
                     out,

@@ -38,8 +38,9 @@ pub fn micros(value: Option<f64>) -> String {
     }
 }
 
-/// `one_shot_push ≤ 32KiB | one_shot_pull ≤ 256KiB | nccl`.
-pub fn bands(bands: &[Band]) -> String {
+/// `one_shot_push ≤ 32KiB | one_shot_pull ≤ 256KiB | nccl`, each edge as
+/// `size` writes it ([`size`], or [`exact_size`] where edges must be exact).
+pub fn bands(bands: &[Band], size: fn(u64) -> String) -> String {
     bands
         .iter()
         .map(|b| match b.max {
@@ -107,7 +108,7 @@ mod tests {
                 algo: Algo::Nccl,
             },
         ];
-        assert_eq!(bands(&b), "one_shot_push ≤ 32KiB | nccl");
+        assert_eq!(bands(&b, size), "one_shot_push ≤ 32KiB | nccl");
         assert_eq!(duration(125.0), "2m 05s");
         assert_eq!(duration(41.4), "41s");
     }

@@ -63,8 +63,8 @@ pub fn compare(first: &KeyFit, other: &KeyFit, hidden: usize) -> Comparison {
     let moved = if order(first) != order(other) {
         Some(format!(
             "other bands: {} against {}",
-            format::bands(&other.bands),
-            format::bands(&first.bands)
+            format::bands(&other.bands, format::size),
+            format::bands(&first.bands, format::size)
         ))
     } else {
         first

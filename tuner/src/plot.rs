@@ -99,7 +99,10 @@ impl KeySummary {
         if self.bands.is_empty() {
             parts.push("no bands shaded".to_string());
         } else {
-            parts.push(format!("bands {}", format::bands(&self.bands)));
+            parts.push(format!(
+                "bands {}",
+                format::bands(&self.bands, format::size)
+            ));
         }
         if !self.crossovers.is_empty() {
             let list: Vec<String> = self

@@ -108,7 +108,7 @@ pub fn render(tables: &TableSet, filter: &ShowFilter) -> String {
                 out,
                 "  {:width$}  {}",
                 table.key.to_string(),
-                bands_line(table)
+                format::bands(table.bands, format::exact_size)
             );
             let _ = writeln!(out, "  {:width$}  source: {}", "", source_short(table));
             if filter.notes
@@ -234,17 +234,6 @@ fn measured_text(t: &TableInfo) -> String {
         let _ = write!(text, ", evidence {evidence}");
     }
     text
-}
-
-fn bands_line(t: &TableInfo) -> String {
-    t.bands
-        .iter()
-        .map(|b| match b.max {
-            Some(max) => format!("{} ≤ {}", b.algo.name(), format::exact_size(max)),
-            None => b.algo.name().to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(" | ")
 }
 
 #[cfg(test)]

@@ -132,11 +132,6 @@ fn table_note(
     )
 }
 
-/// The canonical text of `doc`.
-pub fn render(doc: &Document) -> String {
-    to_toml_string(doc)
-}
-
 /// The file at `path`, if there is one: a fit merges into it (its other
 /// tables, its `[[assert]]`s and its capacities must survive a re-tune). A file
 /// that is there but does not parse is an error, not a silent loss of its tables.
@@ -152,12 +147,11 @@ pub fn existing_document(path: &Path) -> Result<Option<Document>, Vec<Diagnostic
 }
 
 /// What a merge did, in a few lines for the person who will review the diff.
-pub fn merge_summary(merged: &Merged, path: &Path) -> String {
+pub fn merge_summary(merged: &Merged, path: &str) -> String {
     use std::fmt::Write as _;
     let doc = &merged.document;
     let mut out = format!(
-        "merged into {}: replaced {} table(s), added {}, kept {}; kept {} [[assert]](s)\n",
-        path.display(),
+        "merged into {path}: replaced {} table(s), added {}, kept {}; kept {} [[assert]](s)\n",
         merged.replaced.len(),
         merged.added.len(),
         merged.kept.len(),
@@ -291,7 +285,7 @@ pub fn write_fitted(
             toml_path.display()
         )
     })?;
-    let text = render(&doc);
+    let text = to_toml_string(&doc);
     std::fs::create_dir_all(folder)
         .map_err(|e| format!("cannot create folder {}: {e}", folder.display()))?;
     let write = |path: &Path, text: &str| {
@@ -413,8 +407,6 @@ pub struct FitReport<'a> {
     pub fit: &'a FitResult,
     pub merge: Option<&'a Merged>,
     pub failed_checks: Vec<FailedChecks>,
-    #[serde(skip)]
-    toml_path: &'a Path,
 }
 
 /// The platform of a [`FitReport`].
@@ -443,7 +435,6 @@ impl<'a> FitReport<'a> {
             fit,
             merge: written.merged.as_ref(),
             failed_checks: evidence.failed_checks(),
-            toml_path,
         }
     }
 
@@ -452,7 +443,7 @@ impl<'a> FitReport<'a> {
     pub fn render(&self) -> String {
         let mut out = self.fit.report();
         if let Some(merged) = self.merge {
-            out.push_str(&merge_summary(merged, self.toml_path));
+            out.push_str(&merge_summary(merged, &self.toml));
         }
         for failed in &self.failed_checks {
             out.push_str(&failed.warning());

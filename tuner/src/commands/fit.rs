@@ -8,8 +8,8 @@ use super::{Error, Exit};
 use crate::evidence::Evidence;
 use crate::fit::fit as fit_bands;
 use crate::tuned_file::{
-    FitReport, build_document, no_usable_key, relative_reference, render, test_kind,
-    toml_file_name, write_fitted,
+    FitReport, build_document, no_usable_key, relative_reference, test_kind, toml_file_name,
+    write_fitted,
 };
 use crate::tuned_folder::check_test_destination;
 
@@ -111,7 +111,7 @@ pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
                     ))
                 },
             )?;
-            write!(out, "{}", render(&doc))?;
+            write!(out, "{}", tuned_schema::write::to_toml_string(&doc))?;
             // The TOML goes to standard output: warnings to standard error.
             for failed in evidence.failed_checks() {
                 eprintln!("tuner: {}", failed.warning());

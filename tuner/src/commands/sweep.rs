@@ -137,14 +137,8 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     // Everything that could stop the results from being written is checked
     // now, before minutes of measuring.
     let synthetic = platform.backend == "synthetic";
-    let kind = test_kind(&platform.backend, link);
-    let destination = Destination {
-        out_dir: &out_dir,
-        toml_path: &toml_path,
-        arch,
-        link,
-    };
-    destination.prepare(kind.filter(|_| !args.force), !args.dry_run)?;
+    let kind = test_kind(&platform.backend, link).filter(|_| !args.force);
+    prepare(&out_dir, &toml_path, (arch, link), kind, !args.dry_run)?;
     let estimate = if synthetic {
         // The model's latencies are not spent: the sweep takes a fraction of this.
         format!(
@@ -339,43 +333,36 @@ fn other_hidden_sizes(
     Ok(Exit::Ok)
 }
 
-/// Where a sweep's tables go.
-struct Destination<'a> {
-    out_dir: &'a Path,
-    toml_path: &'a Path,
-    arch: policy::Arch,
-    link: policy::Link,
-}
-
-impl Destination<'_> {
-    /// Checks, before anything is measured, that the tables can be written:
-    /// `out_dir` is a folder (created now when `create`) this process can
-    /// write, whose `*.toml` files `policy-macros` could compile with the new
-    /// one, with no file at the TOML's path that does not parse; and tables
-    /// of a `test_kind` (synthetic, loopback) are not headed for a folder of
-    /// real tables ([`check_test_destination`]).
-    fn prepare(&self, test_kind: Option<&str>, create: bool) -> Result<(), Error> {
-        if self.out_dir.exists() && !self.out_dir.is_dir() {
-            return Err(Error::Usage(format!(
-                "--out {} is a file; a sweep writes <arch>-<link>.toml and its evidence into a folder",
-                self.out_dir.display()
-            )));
-        }
-        if let Some(kind) = test_kind {
-            check_test_destination(kind, self.toml_path).map_err(Error::Usage)?;
-        }
-        check_folder(self.toml_path, self.arch, self.link).map_err(Error::Input)?;
-        if create {
-            std::fs::create_dir_all(self.out_dir).map_err(|e| {
-                Error::Failed(format!(
-                    "cannot create folder {}: {e}",
-                    self.out_dir.display()
-                ))
-            })?;
-            writable(self.out_dir, self.toml_path)?;
-        }
-        Ok(())
+/// Checks, before anything is measured, that the tables of `platform` can
+/// be written to `toml_path`: `out_dir` is a folder (created now when
+/// `create`) this process can write, whose `*.toml` files `policy-macros`
+/// could compile with the new one, with no file at the TOML's path that does
+/// not parse; and tables of a `test_kind` (synthetic, loopback) are not
+/// headed for a folder of real tables ([`check_test_destination`]).
+fn prepare(
+    out_dir: &Path,
+    toml_path: &Path,
+    (arch, link): (policy::Arch, policy::Link),
+    test_kind: Option<&str>,
+    create: bool,
+) -> Result<(), Error> {
+    if out_dir.exists() && !out_dir.is_dir() {
+        return Err(Error::Usage(format!(
+            "--out {} is a file; a sweep writes <arch>-<link>.toml and its evidence into a folder",
+            out_dir.display()
+        )));
     }
+    if let Some(kind) = test_kind {
+        check_test_destination(kind, toml_path).map_err(Error::Usage)?;
+    }
+    check_folder(toml_path, arch, link).map_err(Error::Input)?;
+    if create {
+        std::fs::create_dir_all(out_dir).map_err(|e| {
+            Error::Failed(format!("cannot create folder {}: {e}", out_dir.display()))
+        })?;
+        writable(out_dir, toml_path)?;
+    }
+    Ok(())
 }
 
 /// Whether files can be created in `folder` and an existing TOML replaced.
