@@ -20,7 +20,7 @@ use crate::budgeted::selected_by;
 use crate::format;
 use crate::memory::Budget;
 use crate::show::source_text;
-use crate::tables::{TableSet, band_of};
+use crate::tables::TableSet;
 
 /// The most ranks of a world that `kernels` builds (`kernels::raw::MAX_WORLD`;
 /// the tuner builds without `kernels` when its `gpu` feature is off, and a
@@ -159,7 +159,11 @@ impl Explanation {
         let platform = tables.platform_for(query.arch, query.link);
         let table = platform.and_then(|p| p.table(key));
         let band = table.and_then(|t| {
-            band_of(t.bands, query.bytes).map(|(index, first_byte, last_byte, algo)| BandOf {
+            let ranges = tuned_schema::interpret::band_ranges(t.bands);
+            let within = |&(low, high, _): &(u64, u64, Algo)| (low..=high).contains(&query.bytes);
+            let index = ranges.iter().position(within)?;
+            let (first_byte, last_byte, algo) = ranges[index];
+            Some(BandOf {
                 index,
                 count: t.bands.len(),
                 first_byte,

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use policy::{Algo, Arch, Band, Capacity, CapacityEntry, Collective, Link, Query};
+use policy::{Algo, Arch, Capacity, CapacityEntry, Collective, Link, Query};
 use policy::{PlatformInfo, TableInfo};
 use tuned_schema::validate::parse_document;
 use tuned_schema::{Document, interpret};
@@ -110,15 +110,6 @@ impl TableSet {
             }
         }
     }
-}
-
-/// The band holding `bytes`: its index, its first and last size, its algorithm.
-pub fn band_of(bands: &[Band], bytes: u64) -> Option<(usize, u64, u64, Algo)> {
-    interpret::band_ranges(bands)
-        .into_iter()
-        .enumerate()
-        .find(|(_, (low, high, _))| *low <= bytes && bytes <= *high)
-        .map(|(i, (low, high, algo))| (i, low, high, algo))
 }
 
 /// Why the tables at `shown` cannot be used.

@@ -166,14 +166,6 @@ pub struct SizeRegret {
     pub rounds: u32,
 }
 
-impl SizeRegret {
-    /// The regret in µs (chosen − rival, never negative).
-    pub fn regret_us(&self) -> f64 {
-        self.rival_us
-            .map_or(0.0, |rival| (self.chosen_us - rival).max(0.0))
-    }
-}
-
 /// An estimate with its interval.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Estimate {

@@ -37,17 +37,11 @@ pub enum OpenError {
     Other(String),
 }
 
-enum Topology {
-    /// Every rank on GPU 0.
-    Loopback,
-    /// Rank r on GPU r.
-    Devices,
-}
-
 type CheckKey = (Collective, u32, DType, Algo, u64);
 
 pub struct GpuBackend {
-    topology: Topology,
+    /// Its link is loopback where every rank is on GPU 0; elsewhere rank r
+    /// is on GPU r.
     platform: PlatformDesc,
     world_sizes: Vec<u32>,
     /// The world in use and its size.
@@ -89,12 +83,8 @@ impl GpuBackend {
         let Some(first) = devices.first() else {
             return Err(OpenError::NoGpu(no_gpu_reason()));
         };
-        let (topology, link, world_sizes) = if loopback {
-            (
-                Topology::Loopback,
-                Link::Loopback,
-                powers_of_two_up_to(MAX_WORLD),
-            )
+        let (link, world_sizes) = if loopback {
+            (Link::Loopback, powers_of_two_up_to(MAX_WORLD))
         } else {
             if devices.len() < 2 {
                 return Err(OpenError::Other(format!(
@@ -114,7 +104,7 @@ impl GpuBackend {
                 .into_iter()
                 .filter(|&w| link_among(&devices, w as usize) == link)
                 .collect();
-            (Topology::Devices, link, sizes)
+            (link, sizes)
         };
         let context = kernels::open_device(0).map_err(|e| OpenError::NoGpu(e.to_string()))?;
         let info = timing::gpu_stack(&context).map_err(|e| OpenError::Other(e.to_string()))?;
@@ -131,7 +121,6 @@ impl GpuBackend {
             capacities: capacities(first.arch, link, windows),
         };
         Ok(GpuBackend {
-            topology,
             platform,
             world_sizes,
             world: None,
@@ -155,11 +144,10 @@ impl GpuBackend {
                 ..measuring(self.memory_budget, self.windows)
             };
             let size = world_size as usize;
-            let ranks = match self.topology {
-                Topology::Loopback => timing::build_world(Some(size), &[0], options),
-                Topology::Devices => {
-                    timing::build_world(None, &(0..size).collect::<Vec<_>>(), options)
-                }
+            let ranks = if self.platform.link == Link::Loopback {
+                timing::build_world(Some(size), &[0], options)
+            } else {
+                timing::build_world(None, &(0..size).collect::<Vec<_>>(), options)
             }
             .map_err(|e| BackendError(format!("building a world of {world_size}: {e}")))?;
             self.check_capacities(&ranks[0], world_size)?;
