@@ -72,6 +72,23 @@ pub fn measure_point(
     Ok(point)
 }
 
+/// Adds to `cost` (points, seconds) what a first look at each of `sizes` of
+/// `key` measures: every candidate once, with `reps`.
+pub fn add_first_look_cost(
+    cost: &mut (u64, f64),
+    backend: &dyn Backend,
+    key: TableKey,
+    sizes: impl IntoIterator<Item = u64>,
+    reps: Repetitions,
+) {
+    for bytes in sizes {
+        for algo in backend.candidates(key.collective, key.world_size, bytes) {
+            cost.0 += 1;
+            cost.1 += backend.estimated_point_seconds(key, algo, bytes, reps);
+        }
+    }
+}
+
 /// Verifies and times once ([`measure_point`]) every candidate at `bytes`
 /// that `column` does not hold yet, adding each point to it (one whose timing
 /// failed, as far as it got). Stops when the observer asks to, or at the

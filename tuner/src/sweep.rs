@@ -172,8 +172,7 @@ pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan
         ));
     }
     let mut keys = Vec::new();
-    let mut grid_points = 0;
-    let mut estimated_seconds = 0.0;
+    let mut cost = (0, 0.0);
     // World size outermost: a GPU backend builds one world at a time.
     for &world_size in &world_sizes {
         // What the world takes: under a memory budget, the capped capacities.
@@ -189,13 +188,8 @@ pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan
                     };
                     let align = backend.size_step(key);
                     let sizes = key_sizes(&capacities, key, align, settings);
-                    for &bytes in &sizes {
-                        for algo in backend.candidates(collective, world_size, bytes) {
-                            grid_points += 1;
-                            estimated_seconds +=
-                                backend.estimated_point_seconds(key, algo, bytes, settings.reps);
-                        }
-                    }
+                    let grid = sizes.iter().copied();
+                    candidates::add_first_look_cost(&mut cost, backend, key, grid, settings.reps);
                     keys.push(KeyPlan { key, align, sizes });
                 }
             }
@@ -204,8 +198,8 @@ pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan
     // Bisection and re-measures add roughly a fifth on real hardware.
     Ok(SweepPlan {
         keys,
-        grid_points,
-        estimated_seconds: estimated_seconds * 1.2,
+        grid_points: cost.0,
+        estimated_seconds: cost.1 * 1.2,
     })
 }
 

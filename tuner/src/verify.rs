@@ -410,11 +410,7 @@ pub fn verify(
             });
             continue;
         }
-        let align = grid::lcm(
-            grid::alignment(&platform.capacities, k.collective, k.world_size),
-            backend.row_bytes(k).max(1),
-        );
-        let sizes = key_sizes(table, align, settings);
+        let sizes = key_sizes(table, backend.size_step(k), settings);
         if sizes.is_empty() {
             skipped.push(Skipped {
                 key: k,
@@ -429,8 +425,14 @@ pub fn verify(
         work.push(KeyWork { key: k, sizes });
     }
     if !work.is_empty() {
-        let (points, seconds) = estimate(backend, &work, settings);
-        observer.started(points, seconds);
+        // The first look at every size; interleaved rounds come on top where
+        // they are needed.
+        let mut cost = (0, 0.0);
+        for KeyWork { key, sizes } in &work {
+            let sizes = sizes.iter().map(|&(bytes, _)| bytes);
+            candidates::add_first_look_cost(&mut cost, backend, *key, sizes, settings.effort.reps);
+        }
+        observer.started(cost.0, cost.1);
     }
 
     let docs = std::slice::from_ref(doc);
@@ -588,22 +590,6 @@ fn edge_size(edge: u64, offset: f64, align: u64) -> Option<u64> {
         bytes > edge
     };
     (bytes > 0 && on_its_side).then_some(bytes)
-}
-
-/// Points of the first look (every candidate once), and seconds, over all
-/// sizes; the interleaved rounds come on top where they are needed.
-fn estimate(backend: &dyn Backend, work: &[KeyWork], settings: &VerifySettings) -> (u64, f64) {
-    let mut points = 0;
-    let mut seconds = 0.0;
-    for KeyWork { key, sizes } in work {
-        for &(bytes, _) in sizes {
-            for algo in backend.candidates(key.collective, key.world_size, bytes) {
-                points += 1;
-                seconds += backend.estimated_point_seconds(*key, algo, bytes, settings.effort.reps);
-            }
-        }
-    }
-    (points, seconds)
 }
 
 /// The measuring of one size of one key.

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use policy::{Algo, Arch, Capacity, CapacityEntry, Collective, DType, Link, Mode, TableKey};
+use policy::{Algo, Arch, CapacityEntry, Collective, DType, Link, Mode, TableKey};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -535,18 +535,6 @@ impl Backend for SyntheticBackend {
         // What the modelled GPU would spend; the simulation itself is instant.
         let t = self.model_time_us(key, algo, bytes).unwrap_or(0.0);
         t * f64::from(reps.samples + reps.warmup) * 1e-6
-    }
-}
-
-/// A capacity entry, for building synthetic platforms in tests.
-pub fn capacity(collective: Collective, algo: Algo, max_bytes: u64) -> CapacityEntry {
-    CapacityEntry {
-        collective,
-        algo,
-        capacity: Capacity {
-            max_bytes,
-            align: policy::DEFAULT_ALIGN,
-        },
     }
 }
 
