@@ -203,7 +203,7 @@ impl WorldKeys<'_> {
     }
 
     /// `best` with the bands its cap cut taken on, between the cap and the
-    /// next measured size, as far as the budget goes ([`extend`]).
+    /// next measured size, as far as the budget goes ([`WorldKeys::extend`]).
     fn extended(&self, best: Candidate) -> Candidate {
         let next = self
             .keys
@@ -219,14 +219,7 @@ impl WorldKeys<'_> {
         let base = chosen.fits.clone();
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            let fits = extend(
-                &base,
-                self.unbounded,
-                self.keys,
-                self.capacities,
-                self.world,
-                mid * 16,
-            );
+            let fits = self.extend(&base, mid * 16);
             let bytes = self.bytes(&selected(&fits, self.capacities));
             if bytes <= self.budget.bytes {
                 (chosen.fits, chosen.bytes, chosen.cap) = (fits, bytes, mid * 16);
@@ -237,56 +230,49 @@ impl WorldKeys<'_> {
         }
         chosen
     }
-}
 
-/// `fits` (fitted within a cap at or below `cap`) with every custom band
-/// that the cap cut short taken up to `cap` (aligned down): a band that ends
-/// at its key's last measured size at or below `cap`, whose algorithm the
-/// unbounded fit also chose at the key's next measured size. Between the two
-/// sizes the unbounded fit has that algorithm, measured at both ends.
-fn extend(
-    fits: &[KeyFit],
-    unbounded: &[KeyFit],
-    keys: &[&KeyEvidence],
-    capacities: &[CapacityEntry],
-    world: u32,
-    cap: u64,
-) -> Vec<KeyFit> {
-    fits.iter()
-        .map(|fit| {
-            let mut fit = fit.clone();
-            let (Some(key), Some(theirs)) = (
-                keys.iter().find(|k| k.key() == fit.key),
-                unbounded.iter().find(|u| u.key == fit.key),
-            ) else {
-                return fit;
-            };
-            let last = key
-                .points
-                .iter()
-                .map(|p| p.bytes)
-                .filter(|&b| b <= cap)
-                .max();
-            let next = key
-                .points
-                .iter()
-                .map(|p| p.bytes)
-                .filter(|&b| b > cap)
-                .min();
-            let align = crate::grid::alignment(capacities, fit.key.collective, world);
-            if let (Some(last), Some(next)) = (last, next) {
-                for band in &mut fit.bands {
-                    if band.algo.is_custom()
-                        && band.max == Some(last)
-                        && band_algo(&theirs.bands, next) == band.algo
-                    {
-                        band.max = Some(last.max(cap / align * align));
+    /// `fits` (fitted within a cap at or below `cap`) with every custom band
+    /// that the cap cut short taken up to `cap` (aligned down): a band that ends
+    /// at its key's last measured size at or below `cap`, whose algorithm the
+    /// unbounded fit also chose at the key's next measured size. Between the two
+    /// sizes the unbounded fit has that algorithm, measured at both ends.
+    fn extend(&self, fits: &[KeyFit], cap: u64) -> Vec<KeyFit> {
+        fits.iter()
+            .map(|fit| {
+                let mut fit = fit.clone();
+                let (Some(key), Some(theirs)) = (
+                    self.keys.iter().find(|k| k.key() == fit.key),
+                    self.unbounded.iter().find(|u| u.key == fit.key),
+                ) else {
+                    return fit;
+                };
+                let last = key
+                    .points
+                    .iter()
+                    .map(|p| p.bytes)
+                    .filter(|&b| b <= cap)
+                    .max();
+                let next = key
+                    .points
+                    .iter()
+                    .map(|p| p.bytes)
+                    .filter(|&b| b > cap)
+                    .min();
+                let align = crate::grid::alignment(self.capacities, fit.key.collective, self.world);
+                if let (Some(last), Some(next)) = (last, next) {
+                    for band in &mut fit.bands {
+                        if band.algo.is_custom()
+                            && band.max == Some(last)
+                            && band_algo(&theirs.bands, next) == band.algo
+                        {
+                            band.max = Some(last.max(cap / align * align));
+                        }
                     }
                 }
-            }
-            fit
-        })
-        .collect()
+                fit
+            })
+            .collect()
+    }
 }
 
 /// What tables with these fits select out of `capacities`: each custom

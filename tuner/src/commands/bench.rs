@@ -603,15 +603,12 @@ mod gpu {
             };
         }
         if stalled {
-            return failed(
-                match stall_last_rank(ranks, collective, dtype, algo, bytes, hidden) {
-                    Err(e) => format!("injected stall of the last rank: {e}"),
-                    Ok(()) => {
-                        "injected stall of the last rank: the others did not notice (no error)"
-                            .into()
-                    }
-                },
-            );
+            return failed(match stall_last_rank(ranks, spec) {
+                Err(e) => format!("injected stall of the last rank: {e}"),
+                Ok(()) => {
+                    "injected stall of the last rank: the others did not notice (no error)".into()
+                }
+            });
         }
         let verified = bytes <= verify_max;
         if verified && let Err(e) = validate(ranks, collective, dtype, algo, bytes, hidden, bytes) {

@@ -50,6 +50,18 @@ pub struct TimingSpec {
     pub hidden: usize,
 }
 
+impl TimingSpec {
+    /// The forced call it times.
+    fn call(&self) -> Call {
+        Call {
+            collective: self.collective,
+            algo: self.algo,
+            bytes: self.bytes,
+            hidden: self.hidden,
+        }
+    }
+}
+
 /// Microseconds per call for each sample, each the maximum over ranks.
 pub fn measure(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
     match spec.dtype {
@@ -101,30 +113,18 @@ struct Call {
 /// world: every rank but the last issues one forced call, and the last never
 /// does, like a peer whose host stalled. The others' kernels wait for it until
 /// the world's timeout, so the world breaks; the result is the error the
-/// first rank's `check()` reports (for a custom kernel, its timeout).
-pub fn stall_last_rank(
-    ranks: &mut [RankComm],
-    collective: Collective,
-    dtype: DType,
-    algo: Algo,
-    bytes: u64,
-    hidden: usize,
-) -> Result<()> {
-    let call = Call {
-        collective,
-        algo,
-        bytes,
-        hidden,
-    };
-    match dtype {
-        DType::Bf16 => stall_typed::<bf16>(ranks, call),
-        DType::F16 => stall_typed::<f16>(ranks, call),
-        DType::F32 => stall_typed::<f32>(ranks, call),
+/// first rank's `check()` reports (for a custom kernel, its timeout). The call
+/// is `spec`'s; its timing fields are not used.
+pub fn stall_last_rank(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<()> {
+    match spec.dtype {
+        DType::Bf16 => stall_typed::<bf16>(ranks, spec.call()),
+        DType::F16 => stall_typed::<f16>(ranks, spec.call()),
+        DType::F32 => stall_typed::<f32>(ranks, spec.call()),
     }
 }
 
 fn stall_typed<T: Element>(ranks: &mut [RankComm], call: Call) -> Result<()> {
-    ensure_runs(ranks, call.collective, T::DTYPE, call.algo, call.bytes)?;
+    ensure_runs::<T>(ranks, call)?;
     let tensors = call_tensors::<T>(ranks, call, 7)?.0;
     let stalled = ranks.len() - 1;
     let results = for_each_rank(ranks, tensors, |rank, mut t, _| {
@@ -174,13 +174,8 @@ pub fn fused_tokens(dtype: DType, bytes: u64, hidden: usize) -> Result<usize> {
     Ok((bytes / row) as usize)
 }
 
-fn ensure_runs(
-    ranks: &[RankComm],
-    collective: Collective,
-    dtype: DType,
-    algo: Algo,
-    bytes: u64,
-) -> Result<()> {
+/// Every rank of the world is given, and the world takes `call` of `T`s.
+fn ensure_runs<T: Element>(ranks: &[RankComm], call: Call) -> Result<()> {
     let first = ranks
         .first()
         .ok_or_else(|| Error::Mismatch("no ranks to run on".into()))?;
@@ -191,13 +186,13 @@ fn ensure_runs(
             first.world_size()
         )));
     }
-    match first.would_decline(collective, algo, bytes) {
+    match first.would_decline(call.collective, call.algo, call.bytes) {
         None => Ok(()),
         Some(reason) => Err(Error::Declined {
-            collective,
-            algo,
-            dtype,
-            bytes,
+            collective: call.collective,
+            algo: call.algo,
+            dtype: T::DTYPE,
+            bytes: call.bytes,
             reason: reason.to_string(),
         }),
     }
@@ -336,14 +331,8 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
             "samples and calls_per_sample must be at least 1".into(),
         ));
     }
-    ensure_runs(ranks, spec.collective, spec.dtype, spec.algo, spec.bytes)?;
-    let call = Call {
-        collective: spec.collective,
-        algo: spec.algo,
-        bytes: spec.bytes,
-        hidden: spec.hidden,
-    };
-    let tensors = call_tensors::<T>(ranks, call, spec.bytes ^ 0x5eed)?.0;
+    ensure_runs::<T>(ranks, spec.call())?;
+    let tensors = call_tensors::<T>(ranks, spec.call(), spec.bytes ^ 0x5eed)?.0;
     let how = Select::Force(spec.algo);
     let per_rank = for_each_rank(ranks, tensors, |rank, mut t, barrier| {
         let stream = rank.stream().clone();
@@ -408,7 +397,7 @@ fn validate_typed<T: Element>(ranks: &mut [RankComm], call: Call, seed: u64) -> 
         bytes,
         ..
     } = call;
-    ensure_runs(ranks, collective, T::DTYPE, algo, bytes)?;
+    ensure_runs::<T>(ranks, call)?;
     let world = ranks.len();
     let (tensors, inputs, case) = call_tensors::<T>(ranks, call, seed)?;
     let fallback = ranks[0].fallback_kind();
