@@ -355,44 +355,31 @@ impl KeyRun<'_> {
             .map_err(|(algo, e)| RunStatus::failed(self.key, algo, bytes, &e))
     }
 
-    fn column(&self, bytes: u64) -> Option<&Column> {
-        self.columns.get(&bytes)
-    }
-
-    fn samples(&self, bytes: u64, algo: Algo) -> &[f64] {
-        self.column(bytes)
-            .and_then(|c| c.get(&algo))
-            .map(|p| p.samples_us.as_slice())
-            .unwrap_or(&[])
-    }
-
     /// The two algorithms to probe between: the fastest at `low` and the
     /// fastest at `high`, when they differ, both ran at both sizes, and the
     /// interval of their ratio does not lie within the margin at both (then
     /// every edge between the two sizes costs less).
     fn winner_changes(&self, low: u64, high: u64) -> Option<(Algo, Algo)> {
-        let below = candidates::fastest(self.column(low)?)?;
-        let above = candidates::fastest(self.column(high)?)?;
+        let (at_low, at_high) = (self.columns.get(&low)?, self.columns.get(&high)?);
+        let below = candidates::fastest(at_low)?;
+        let above = candidates::fastest(at_high)?;
         if below == above {
             return None;
         }
-        let both_run = |bytes| {
-            let m = candidates::medians(self.column(bytes).expect("measured above"));
+        let both_run = |c: &Column| {
+            let m = candidates::medians(c);
             m.contains_key(&below) && m.contains_key(&above)
         };
-        if !both_run(low) || !both_run(high) {
+        if !both_run(at_low) || !both_run(at_high) {
             return None;
         }
         let margin = self.settings.margin;
-        let tie = |bytes| {
-            stats::ratio(
-                self.samples(bytes, below),
-                self.samples(bytes, above),
-                self.settings.confidence,
-            )
-            .is_some_and(|r| r.low >= 1.0 - margin && r.high <= 1.0 / (1.0 - margin))
+        let tie = |c: &Column| {
+            let (b, a) = (&c[&below].samples_us, &c[&above].samples_us);
+            stats::ratio(b, a, self.settings.confidence)
+                .is_some_and(|r| r.low >= 1.0 - margin && r.high <= 1.0 / (1.0 - margin))
         };
-        (!(tie(low) && tie(high))).then_some((below, above))
+        (!(tie(at_low) && tie(at_high))).then_some((below, above))
     }
 
     /// Probes the geometric midpoint of `low` and `high` while the fastest
