@@ -505,15 +505,14 @@ pub fn report(budget: u64, worlds: &[WorldBudget], regret: &[KeyRegret]) -> Stri
                 let _ = writeln!(out, ", within the budget: kept as they are");
             }
             Some(kept) => {
-                let algos: Vec<String> = kept
-                    .algos
-                    .iter()
-                    .map(|(c, a)| format!("{} {}", a.name(), c.name()))
-                    .collect();
-                let algos = if algos.is_empty() {
+                let algos = if kept.algos.is_empty() {
                     "none (NCCL only)".to_string()
                 } else {
-                    algos.join(", ")
+                    let named = kept
+                        .algos
+                        .iter()
+                        .map(|(c, a)| format!("{} {}", a.name(), c.name()));
+                    crate::format::list(named)
                 };
                 let _ = writeln!(
                     out,

@@ -51,10 +51,10 @@ pub fn bands(bands: &[Band], size: fn(u64) -> String) -> String {
         .join(" | ")
 }
 
-/// `2, 4, 8`.
-pub fn list(values: &[u32]) -> String {
-    let values: Vec<String> = values.iter().map(u32::to_string).collect();
-    values.join(", ")
+/// `2, 4, 8`: each item as it displays, comma-separated.
+pub fn list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    let items: Vec<String> = items.into_iter().map(|x| x.to_string()).collect();
+    items.join(", ")
 }
 
 /// `tuned_schema`'s diagnostics, each on an indented line of its own: what

@@ -41,19 +41,15 @@ pub fn crossovers(fit: &KeyFit) -> String {
     if fit.edges.is_empty() {
         return format!("no crossover ({} throughout)", fit.bands[0].algo.name());
     }
-    fit.edges
-        .iter()
-        .map(|e| {
-            format!(
-                "{} → {} between {} and {}",
-                e.below.name(),
-                e.above.name(),
-                format::size(e.last_below),
-                format::size(e.first_above)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    format::list(fit.edges.iter().map(|e| {
+        format!(
+            "{} → {} between {} and {}",
+            e.below.name(),
+            e.above.name(),
+            format::size(e.last_below),
+            format::size(e.first_above)
+        )
+    }))
 }
 
 /// `other` (fitted at `hidden`) against `first`, the same key at the first

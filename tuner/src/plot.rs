@@ -105,19 +105,15 @@ impl KeySummary {
             ));
         }
         if !self.crossovers.is_empty() {
-            let list: Vec<String> = self
-                .crossovers
-                .iter()
-                .map(|(at, from, to)| {
-                    format!(
-                        "{} → {} after {}",
-                        from.name(),
-                        to.name(),
-                        format::size(*at)
-                    )
-                })
-                .collect();
-            parts.push(format!("crossovers {}", list.join(", ")));
+            let list = format::list(self.crossovers.iter().map(|(at, from, to)| {
+                format!(
+                    "{} → {} after {}",
+                    from.name(),
+                    to.name(),
+                    format::size(*at)
+                )
+            }));
+            parts.push(format!("crossovers {list}"));
         }
         if let Some(r) = self.regret {
             parts.push(format!(

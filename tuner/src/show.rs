@@ -193,14 +193,10 @@ fn sources_summary(platform: &PlatformInfo) -> String {
     match counts.as_slice() {
         [] => platform.source.to_string(),
         [(only, _)] => only.to_string(),
-        _ => counts
-            .iter()
-            .map(|(source, n)| {
-                let tables = if *n == 1 { "table" } else { "tables" };
-                format!("{source} ({n} {tables})")
-            })
-            .collect::<Vec<_>>()
-            .join(", "),
+        _ => format::list(counts.iter().map(|(source, n)| {
+            let tables = if *n == 1 { "table" } else { "tables" };
+            format!("{source} ({n} {tables})")
+        })),
     }
 }
 

@@ -158,8 +158,7 @@ pub fn merge_summary(merged: &Merged, path: &str) -> String {
         doc.asserts.len()
     );
     if !merged.kept.is_empty() {
-        let kept: Vec<String> = merged.kept.iter().map(|k| k.to_string()).collect();
-        let _ = writeln!(out, "  kept: {}", kept.join(", "));
+        let _ = writeln!(out, "  kept: {}", crate::format::list(&merged.kept));
     }
     if !merged.platform_replaced {
         let _ = writeln!(

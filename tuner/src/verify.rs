@@ -491,15 +491,14 @@ fn nothing_judged(
     }
     if selected == 0 {
         // Per filter given: what was asked for, and what the file has.
-        fn names<T: Ord + Copy, S: ToString>(
+        fn names<T: Ord + Copy, S: std::fmt::Display>(
             values: impl Iterator<Item = T>,
             name: impl Fn(T) -> S,
         ) -> String {
             let mut v: Vec<T> = values.collect();
             v.sort();
             v.dedup();
-            let v: Vec<String> = v.into_iter().map(|x| name(x).to_string()).collect();
-            v.join(", ")
+            crate::format::list(v.into_iter().map(name))
         }
         let (mut asked, mut has) = (Vec::new(), Vec::new());
         let mut filter = |flag: &str, chosen: String, what: &str, of_tables: String| {

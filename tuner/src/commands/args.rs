@@ -192,8 +192,8 @@ fn one_of<T: Copy>(text: &str, all: &[T], name: fn(T) -> &'static str) -> Result
         .copied()
         .find(|&v| name(v) == text)
         .ok_or_else(|| {
-            let names: Vec<&str> = all.iter().map(|&v| name(v)).collect();
-            format!("expected one of {}", names.join(", "))
+            let names = crate::format::list(all.iter().map(|&v| name(v)));
+            format!("expected one of {names}")
         })
 }
 
