@@ -168,17 +168,10 @@ fn siblings(folder: &Path, replacing: &Path) -> Vec<Sibling> {
     toml_paths(folder)
         .into_iter()
         .filter(|path| !same_file(path, replacing))
-        .filter_map(|path| match existing_document(&path) {
-            Ok(Some(doc)) => Some(Sibling {
-                path,
-                parsed: Ok(doc),
-            }),
-            // Gone since the folder was listed.
-            Ok(None) => None,
-            Err(d) => Some(Sibling {
-                path,
-                parsed: Err(d),
-            }),
+        // None: gone since the folder was listed.
+        .filter_map(|path| {
+            let parsed = existing_document(&path).transpose()?;
+            Some(Sibling { path, parsed })
         })
         .collect()
 }

@@ -53,18 +53,15 @@ impl FitCommandArgs {
         }
         let text = out.to_string_lossy();
         let names_folder = text.ends_with('/') || text.ends_with(std::path::MAIN_SEPARATOR);
-        if names_folder {
-            let folder = Path::new(text.trim_end_matches(['/', std::path::MAIN_SEPARATOR]));
-            if folder.is_file() {
-                return Err(Error::Usage(format!(
-                    "-o {text} names a folder, but {} is a file",
-                    folder.display()
-                )));
-            }
-            return Ok(Target::File(out.join(&file_name)));
+        let folder = Path::new(text.trim_end_matches(['/', std::path::MAIN_SEPARATOR]));
+        if names_folder && folder.is_file() {
+            return Err(Error::Usage(format!(
+                "-o {text} names a folder, but {} is a file",
+                folder.display()
+            )));
         }
-        if out.is_dir() {
-            // A folder (`--out tuned`, as `sweep` takes it): the platform's file in it.
+        // A folder (`--out tuned`, as `sweep` takes it): the platform's file in it.
+        if names_folder || out.is_dir() {
             return Ok(Target::File(out.join(&file_name)));
         }
         Ok(Target::File(out.clone()))

@@ -59,7 +59,7 @@ pub fn plot(args: &PlotArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         ))
     });
     check_destination(&folder)?;
-    let staging = staging_folder(&folder);
+    let staging = beside(&folder, "partial");
     std::fs::create_dir_all(&staging)
         .map_err(|e| Error::Failed(format!("cannot create {}: {e}", staging.display())))?;
     let summaries = match plot_evidence(&evidence, &bands, &staging) {
@@ -148,13 +148,14 @@ fn check_destination(folder: &Path) -> Result<(), Error> {
     }
 }
 
-/// A sibling of `folder` to draw into before it takes `folder`'s place.
-fn staging_folder(folder: &Path) -> PathBuf {
+/// `.<folder's name>.<what>-<pid>` beside `folder`: where a plot is drawn
+/// (`partial`) before it takes `folder`'s place, and where the earlier plot
+/// waits meanwhile (`old`).
+fn beside(folder: &Path, what: &str) -> PathBuf {
     let name = folder
         .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "plots".to_string());
-    folder.with_file_name(format!(".{name}.partial-{}", std::process::id()))
+        .map_or("plots".into(), |n| n.to_string_lossy());
+    folder.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
 }
 
 /// Puts the finished `staging` folder at `folder`, replacing an earlier plot.
@@ -164,14 +165,7 @@ fn replace_folder(staging: &Path, folder: &Path) -> Result<(), Error> {
         Error::Failed(format!("cannot {what} {}: {e}", folder.display()))
     };
     if folder.exists() {
-        let old = folder.with_file_name(format!(
-            ".{}.old-{}",
-            folder
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            std::process::id()
-        ));
+        let old = beside(folder, "old");
         std::fs::rename(folder, &old).map_err(|e| failed("move aside", e))?;
         if let Err(e) = std::fs::rename(staging, folder) {
             let _ = std::fs::rename(&old, folder);

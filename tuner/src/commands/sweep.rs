@@ -233,9 +233,7 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         .contains(&Collective::AllReduceAddRmsNorm)
         && args.hidden.len() > 1
     {
-        let first = &result.keys;
-        let mut progress = Progress::new(install_ctrl_c(), !args.no_progress);
-        return other_hidden_sizes(&mut *backend, &settings, args, first, &mut progress, out);
+        return other_hidden_sizes(&mut *backend, args, &result.keys, out);
     }
     Ok(Exit::Ok)
 }
@@ -259,17 +257,16 @@ fn check_hidden(hidden: &[usize]) -> Result<(), Error> {
 /// the crossovers move ([`crate::hidden`]). Nothing is written.
 fn other_hidden_sizes(
     backend: &mut dyn crate::backend::Backend,
-    settings: &SweepSettings,
     args: &SweepArgs,
     first: &[crate::fit::KeyFit],
-    progress: &mut Progress,
     out: &mut dyn Write,
 ) -> Result<Exit, Error> {
     let fit_settings = args.fit.settings()?;
     let fused = SweepSettings {
         collectives: vec![Collective::AllReduceAddRmsNorm],
-        ..settings.clone()
+        ..args.settings()
     };
+    let mut progress = Progress::new(install_ctrl_c(), !args.no_progress);
     writeln!(
         out,
         "all_reduce_add_rmsnorm at other hidden sizes (the tables above: hidden {}):",
@@ -279,7 +276,7 @@ fn other_hidden_sizes(
     for &hidden in &args.hidden[1..] {
         backend.use_hidden(hidden);
         let outcome =
-            run_sweep(backend, &fused, &crate::today_utc(), progress).map_err(Error::Usage)?;
+            run_sweep(backend, &fused, &crate::today_utc(), &mut progress).map_err(Error::Usage)?;
         match outcome.status {
             RunStatus::Complete => {}
             RunStatus::Interrupted => {
