@@ -54,15 +54,9 @@ fn colour(algo: Algo) -> RGBColor {
     PALETTE[algo as usize % PALETTE.len()]
 }
 
-/// `all_reduce-ws8-bf16-graph.svg`
+/// `all_reduce-ws8-bf16-graph.svg`: the key's name, dashed.
 pub fn file_name(key: &TableKey) -> String {
-    format!(
-        "{}-ws{}-{}-{}.svg",
-        key.collective.name(),
-        key.world_size,
-        key.dtype.name(),
-        key.mode.name()
-    )
+    format!("{}.svg", key.to_string().replace(' ', "-"))
 }
 
 /// What one key's figure shows, in a line for the index page.

@@ -265,22 +265,29 @@ fn sum_matches<T: Element>(
     extra_roundings: usize,
     zero_ok: impl FnOnce(bool) -> bool,
 ) -> bool {
+    if column.iter().all(|v| *v == 0.0) {
+        return got == 0.0 && zero_ok(column.iter().all(|v| v.is_sign_negative()));
+    }
     let exact = exact_sum(column);
-    let rounded = T::from_f64(exact).to_f64();
-    if exact.is_nan() {
+    let (rel, abs) = output_slack(T::DTYPE);
+    let magnitude: f64 = column.iter().map(|v| v.abs()).sum();
+    let tolerance = column.len() as f64 * 2f64.powi(-24) * magnitude
+        + rel * exact.abs()
+        + extra_roundings as f64 * (rel * magnitude + abs)
+        + 2.0 * abs;
+    close::<T>(exact, got, tolerance)
+}
+
+/// Whether `got` is `expected` as `T` holds it: NaN for NaN, exactly the
+/// infinity `expected` is or rounds to, anything else within `tolerance`.
+fn close<T: Element>(expected: f64, got: f64, tolerance: f64) -> bool {
+    let rounded = T::from_f64(expected).to_f64();
+    if expected.is_nan() {
         got.is_nan()
-    } else if column.iter().all(|v| *v == 0.0) {
-        got == 0.0 && zero_ok(column.iter().all(|v| v.is_sign_negative()))
-    } else if exact.is_infinite() || rounded.is_infinite() {
+    } else if expected.is_infinite() || rounded.is_infinite() {
         got == rounded
     } else {
-        let (rel, abs) = output_slack(T::DTYPE);
-        let magnitude: f64 = column.iter().map(|v| v.abs()).sum();
-        let tolerance = column.len() as f64 * 2f64.powi(-24) * magnitude
-            + rel * exact.abs()
-            + extra_roundings as f64 * (rel * magnitude + abs)
-            + 2.0 * abs;
-        got.is_finite() && (got - exact).abs() <= tolerance
+        got.is_finite() && (got - expected).abs() <= tolerance
     }
 }
 
@@ -472,16 +479,8 @@ impl<T: Element> AddRmsNormCase<T> {
             for (k, ((xv, w), got)) in xs.iter().zip(&self.weight).zip(outs).enumerate() {
                 let expected = xv.to_f64() * scale * w.to_f64();
                 let got = got.to_f64();
-                let rounded = T::from_f64(expected).to_f64();
-                let ok = if expected.is_nan() {
-                    got.is_nan()
-                } else if expected.is_infinite() || rounded.is_infinite() {
-                    got == rounded
-                } else {
-                    let tolerance = (rel + NORM_F32_SLACK) * expected.abs() + 2.0 * abs;
-                    got.is_finite() && (got - expected).abs() <= tolerance
-                };
-                if !ok {
+                let tolerance = (rel + NORM_F32_SLACK) * expected.abs() + 2.0 * abs;
+                if !close::<T>(expected, got, tolerance) {
                     failures.add(|| {
                         format!(
                             "[row {row}, {k}] x {:e}, weight {:e}, row scale {scale:e} -> \
@@ -546,15 +545,14 @@ pub fn check_all_gather<T: Element>(
         } else {
             input.clone()
         };
-        if let Some(j) =
-            (0..expected.len()).find(|&j| expected[j].to_bits() != output[offset + j].to_bits())
-        {
-            let bad = (0..expected.len())
-                .filter(|&j| expected[j].to_bits() != output[offset + j].to_bits())
-                .count();
+        let bad: Vec<usize> = (0..expected.len())
+            .filter(|&j| expected[j].to_bits() != output[offset + j].to_bits())
+            .collect();
+        if let Some(&j) = bad.first() {
             return Err(format!(
-                "{bad} elements of rank {rank}'s share wrong; first at share index {j} (output \
+                "{} elements of rank {rank}'s share wrong; first at share index {j} (output \
                  index {}): expected bits {:#x}, got {:#x}",
+                bad.len(),
                 offset + j,
                 expected[j].to_bits(),
                 output[offset + j].to_bits()
