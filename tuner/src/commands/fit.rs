@@ -70,7 +70,7 @@ impl FitCommandArgs {
 
 pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     let settings = args.fit.settings()?;
-    let evidence = Evidence::load(&args.evidence).map_err(|e| Error::Input(e.to_string()))?;
+    let evidence = Evidence::load(&args.evidence).map_err(Error::Input)?;
     let target = args.target(&evidence)?;
     if args.json && matches!(target, Target::Stdout) {
         return Err(Error::Usage(

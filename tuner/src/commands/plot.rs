@@ -37,7 +37,7 @@ pub fn plot(args: &PlotArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         ));
     }
     let settings = args.fit.settings()?;
-    let evidence = Evidence::load(&args.evidence).map_err(|e| Error::Input(e.to_string()))?;
+    let evidence = Evidence::load(&args.evidence).map_err(Error::Input)?;
     if evidence.keys.is_empty() {
         return Err(Error::Input(format!(
             "{}: the evidence has no key, so there is nothing to plot",
