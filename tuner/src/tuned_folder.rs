@@ -77,16 +77,13 @@ pub fn check_test_destination(kind: &str, toml_path: &Path) -> Result<(), String
             "policy compiles every *.toml there into the tables engines run".to_string(),
         );
     }
-    if folder.file_name().is_some_and(|n| n == "tuned")
-        && folder
-            .parent()
-            .is_some_and(|p| p.join("Cargo.toml").is_file())
-    {
+    let crate_dir = folder
+        .parent()
+        .filter(|crate_dir| folder.ends_with("tuned") && crate_dir.join("Cargo.toml").is_file());
+    if let Some(crate_dir) = crate_dir {
         return refuse(format!(
             "it is the tuned/ folder of the crate in {}, which include_tuned!(\"tuned\") compiles",
-            folder
-                .parent()
-                .map_or(String::new(), |p| p.display().to_string())
+            crate_dir.display()
         ));
     }
     let real: Vec<String> = toml_paths(folder)

@@ -8,7 +8,7 @@
 
 use half::{bf16, f16};
 use kernels::{Element, Error, RankComm, Select};
-use policy::{Algo, Collective, DType};
+use policy::{Algo, Collective, DType, Mode};
 use tuner::harness::timing::poison;
 use tuner::harness::validation::random_inputs;
 
@@ -18,22 +18,16 @@ use crate::{Cli, code};
 const BYTES_PER_RANK: [usize; 3] = [16, 4112, 65_536];
 const ODD_ELEMENTS: usize = 3;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Issue {
-    Eager,
-    Graph,
-}
-
 /// Runs the matrix; the exit code says whether every case was right here
 /// (identity across ranks is the launcher's check).
 pub fn run(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
     let mut failed = 0;
     let mut cases = 0;
     for collective in [Collective::AllReduce, Collective::AllGather] {
-        let algos = collective.algos();
-        for &algo in algos {
-            for dtype in [DType::Bf16, DType::F16, DType::F32] {
-                for issue in [Issue::Eager, Issue::Graph] {
+        for &algo in collective.algos() {
+            for dtype in DType::ALL {
+                // Issued eagerly, or captured into a graph and replayed.
+                for mode in [Mode::Eager, Mode::Graph] {
                     let lengths = BYTES_PER_RANK
                         .iter()
                         .map(|b| b / dtype.size_bytes() as usize)
@@ -44,11 +38,7 @@ pub fn run(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
                             collective.name(),
                             algo.name(),
                             dtype.name(),
-                            if issue == Issue::Eager {
-                                "eager"
-                            } else {
-                                "graph"
-                            },
+                            mode.name(),
                             n * dtype.size_bytes() as usize
                         );
                         let seed = (cases * 1000 + k) as u64;
@@ -56,7 +46,7 @@ pub fn run(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
                             collective,
                             how: Select::Force(algo),
                             n,
-                            issue,
+                            mode,
                             seed,
                             replays: cli.replays,
                         };
@@ -97,7 +87,7 @@ struct Case {
     how: Select,
     /// Elements each rank contributes.
     n: usize,
-    issue: Issue,
+    mode: Mode,
     seed: u64,
     replays: usize,
 }
@@ -141,7 +131,7 @@ fn run_case<T: Element>(comm: &mut RankComm, case: &Case) -> Result<(Algo, u64),
     let mut input = stream.clone_htod(&inputs[rank])?;
     let mut output = stream.alloc_zeros::<T>(out_len)?;
     poison(&stream, &mut output)?;
-    if case.issue == Issue::Eager {
+    if case.mode == Mode::Eager {
         let ran = issue(comm, case.collective, &input, &mut output, case.how)?;
         comm.check()?;
         let result = stream.clone_dtoh(&output)?;
