@@ -247,16 +247,12 @@ fn judge_results(cli: &Cli, codes: &[i32], lines: &[Line]) -> Result<String, Str
         return Err(format!("rank {r} exited with {}", codes[r]));
     }
     // key -> rank -> (ran, exact, hash)
-    let mut results: BTreeMap<String, BTreeMap<usize, (&str, &str, &str)>> = BTreeMap::new();
+    let mut results: BTreeMap<&str, BTreeMap<usize, (&str, &str, &str)>> = BTreeMap::new();
     for line in lines {
         let (key, rest) = if let Some(rest) = line.text.strip_prefix("CASE ") {
-            let mut words = rest.splitn(2, ' ');
-            (
-                words.next().unwrap_or("").to_string(),
-                words.next().unwrap_or(""),
-            )
+            rest.split_once(' ').unwrap_or((rest, ""))
         } else if let Some(rest) = line.text.strip_prefix("SUMMARY ") {
-            ("summary".to_string(), rest)
+            ("summary", rest)
         } else {
             continue;
         };
@@ -292,7 +288,7 @@ fn judge_results(cli: &Cli, codes: &[i32], lines: &[Line]) -> Result<String, Str
                 ));
             }
         }
-        compared += (key != "summary" && first.1 == "1") as usize;
+        compared += (*key != "summary" && first.1 == "1") as usize;
     }
     Ok(if cli.matrix {
         format!(

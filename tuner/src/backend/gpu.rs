@@ -77,7 +77,7 @@ impl GpuBackend {
         memory_budget: Option<u64>,
     ) -> Result<GpuBackend, OpenError> {
         // The runtime's own wording for a missing driver or GPU.
-        kernels::open_device(0).map_err(|e| OpenError::NoGpu(e.to_string()))?;
+        let context = kernels::open_device(0).map_err(|e| OpenError::NoGpu(e.to_string()))?;
         let devices = timing::discover()
             .map_err(|e| OpenError::NoGpu(format!("the driver lists no usable GPU: {e}")))?;
         let Some(first) = devices.first() else {
@@ -106,7 +106,6 @@ impl GpuBackend {
                 .collect();
             (link, sizes)
         };
-        let context = kernels::open_device(0).map_err(|e| OpenError::NoGpu(e.to_string()))?;
         let info = timing::gpu_stack(&context).map_err(|e| OpenError::Other(e.to_string()))?;
         let windows = !loopback && windows_supported(info.nccl_version.as_deref());
         let platform = PlatformDesc {

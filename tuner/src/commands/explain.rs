@@ -54,24 +54,19 @@ pub fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         args.bytes,
     );
     // Engines honour COLLTUNE_ALGO; an invalid value stops them at start-up.
-    let (forced, policy) = match std::env::var(policy::OVERRIDE_ENV) {
-        Ok(value) => match policy::Policy::from_spec(&value) {
-            Ok(policy) => (
-                policy.forced(query.key.collective).map(|algo| Forced {
-                    value: value.clone(),
-                    algo,
-                }),
-                policy,
-            ),
-            Err(e) => {
-                return Err(Error::Input(format!(
-                    "{}={value} is set but invalid, so engines would not start: {e}",
-                    policy::OVERRIDE_ENV
-                )));
-            }
-        },
-        Err(_) => (None, policy::Policy::none()),
+    let value = std::env::var(policy::OVERRIDE_ENV).ok();
+    let policy = match &value {
+        None => policy::Policy::none(),
+        Some(value) => policy::Policy::from_spec(value).map_err(|e| {
+            Error::Input(format!(
+                "{}={value} is set but invalid, so engines would not start: {e}",
+                policy::OVERRIDE_ENV
+            ))
+        })?,
     };
+    let forced = value
+        .zip(policy.forced(query.key.collective))
+        .map(|(value, algo)| Forced { value, algo });
     // A world with kernels' default options: buffers for what the tables
     // select, within the default budget.
     let memory = crate::memory::runtime_default().map(|budget| WorldMemory { budget, policy });
