@@ -17,7 +17,7 @@ use kernels::{
 };
 use policy::{Algo, Collective, DType};
 use tuner::harness::timing::poison;
-use tuner::harness::validation::{check_result, random_inputs};
+use tuner::harness::validation::{check_result, le_bytes, random_inputs};
 
 use crate::{Cli, KillMode, Mismatch, code, env, watch};
 
@@ -357,12 +357,7 @@ pub fn algo_counts(ran: &[Algo]) -> String {
 
 /// FNV-1a of a result's bits.
 pub fn hash_of<T: Element>(values: &[T]) -> u64 {
-    let size = std::mem::size_of::<T>();
-    let bytes: Vec<u8> = values
-        .iter()
-        .flat_map(|v| v.to_bits().to_le_bytes().into_iter().take(size))
-        .collect();
-    fnv1a(&bytes)
+    fnv1a(&le_bytes(values))
 }
 
 fn decode_loop<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {

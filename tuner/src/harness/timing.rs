@@ -542,8 +542,6 @@ pub struct DeviceInfo {
     pub ordinal: usize,
     pub name: String,
     pub arch: Arch,
-    pub sm_count: u32,
-    pub memory_bytes: usize,
     /// `(peer ordinal, link)` for every other GPU.
     pub links: Vec<(usize, PairLink)>,
 }
@@ -576,8 +574,6 @@ pub fn discover() -> Result<Vec<DeviceInfo>> {
             ordinal: i,
             name: ctx.name().during("querying the GPU name")?,
             arch: arch_of(ctx)?,
-            sm_count: sm_count(ctx)?,
-            memory_bytes: ctx.total_mem().during("querying GPU memory")?,
             links,
         });
     }

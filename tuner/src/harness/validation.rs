@@ -106,10 +106,7 @@ fn special_values<T: Element>() -> Vec<T> {
 /// `data` with the push algorithms' sentinel substitution applied.
 pub fn sentinel_substituted<T: Element>(data: &[T]) -> Vec<T> {
     let size = std::mem::size_of::<T>();
-    let mut bytes: Vec<u8> = data
-        .iter()
-        .flat_map(|x| x.to_bits().to_le_bytes().into_iter().take(size))
-        .collect();
+    let mut bytes = le_bytes(data);
     replace_sentinel_words(&mut bytes);
     bytes
         .chunks_exact(size)
@@ -118,6 +115,14 @@ pub fn sentinel_substituted<T: Element>(data: &[T]) -> Vec<T> {
             word[..size].copy_from_slice(c);
             T::from_bits(u32::from_le_bytes(word))
         })
+        .collect()
+}
+
+/// The bytes of `data` as they lie in device memory (little-endian).
+pub fn le_bytes<T: Element>(data: &[T]) -> Vec<u8> {
+    let size = std::mem::size_of::<T>();
+    data.iter()
+        .flat_map(|x| x.to_bits().to_le_bytes().into_iter().take(size))
         .collect()
 }
 
