@@ -431,41 +431,36 @@ fn validate_typed<T: Element>(ranks: &mut [RankComm], call: Call, seed: u64) -> 
     if results.iter().any(|(r, _, _)| *r != ran) {
         return Err(describe(0, ran, "ranks ran different algorithms".into()));
     }
-    if let Some(case) = case {
-        // Every rank's outputs are ours (custom kernels, or the unfused
-        // path's kernel on the sums): bitwise identical unless NCCL across
-        // GPUs summed them.
-        let path = SumPath::of(ran, inner);
-        let nccl_sums = ran == Algo::Unfused && !inner.is_kernel() && fallback == Fallback::Nccl;
-        let ranks_to_check = if nccl_sums && world > 1 { world } else { 1 };
-        if ranks_to_check == 1 {
-            let outputs: Vec<&[T]> = results.iter().map(|(_, o, _)| o.as_slice()).collect();
-            let residuals: Vec<&[T]> = results.iter().map(|(_, _, r)| r.as_slice()).collect();
-            validation::check_identical(&outputs)
-                .and_then(|()| validation::check_identical(&residuals))
-                .map_err(|problem| describe(0, ran, problem))?;
-        }
-        let extra = if nccl_sums { world - 1 } else { 0 };
-        for (rank, (_, output, residual)) in results.iter().enumerate().take(ranks_to_check) {
-            case.check(path, extra, residual, output)
-                .map_err(|problem| describe(rank, ran, problem))?;
-        }
-        return Ok(());
-    }
-    // NCCL on a window is NCCL too: its reduction order is its own.
-    let real_nccl = !ran.is_kernel() && fallback == Fallback::Nccl && world > 1;
-    let check = |rank: usize| {
-        validation::check_result(collective, ran, real_nccl, &inputs, &results[rank].1)
-            .map_err(|problem| describe(rank, ran, problem))
+    // NCCL across GPUs (on a window too) sums in its own order and does not
+    // promise identical bits on every rank: each rank is checked on its own.
+    // Every other result (custom kernels, the unfused path's kernel on sums
+    // of ours) must be bitwise identical on every rank, so checking rank 0
+    // suffices.
+    let nccl_sums = match case {
+        Some(_) => ran == Algo::Unfused && !inner.is_kernel(),
+        None => !ran.is_kernel(),
     };
-    // Multi-GPU NCCL does not promise identical bits on every rank: check each.
-    // Everything else must be bitwise identical, so checking rank 0 suffices.
-    if real_nccl {
-        (0..world).try_for_each(check)?;
+    let nccl_across_gpus = nccl_sums && fallback == Fallback::Nccl && world > 1;
+    if !nccl_across_gpus {
+        let outputs: Vec<&[T]> = results.iter().map(|(_, o, _)| o.as_slice()).collect();
+        let residuals: Vec<&[T]> = results.iter().map(|(_, _, r)| r.as_slice()).collect();
+        validation::check_identical(&outputs)
+            .and_then(|()| validation::check_identical(&residuals))
+            .map_err(|problem| describe(0, ran, problem))?;
+    }
+    let path = SumPath::of(ran, inner);
+    // NCCL's partial sums are rounded once per hop.
+    let (extra, ranks_to_check) = if nccl_across_gpus {
+        (world - 1, world)
     } else {
-        let outputs: Vec<&[T]> = results.iter().map(|(_, out, _)| out.as_slice()).collect();
-        validation::check_identical(&outputs).map_err(|problem| describe(0, ran, problem))?;
-        check(0)?;
+        (0, 1)
+    };
+    for (rank, (_, output, residual)) in results.iter().enumerate().take(ranks_to_check) {
+        match &case {
+            Some(case) => case.check(path, extra, residual, output),
+            None => validation::check_result(collective, ran, nccl_across_gpus, &inputs, output),
+        }
+        .map_err(|problem| describe(rank, ran, problem))?;
     }
     Ok(())
 }
