@@ -413,7 +413,7 @@ mod gpu {
         kernels::open_device(0).map_err(|e| CommandError::NoGpu(e.to_string()))?;
         let gpus = kernels::visible_gpus()
             .map_err(|e| CommandError::NoGpu(format!("the driver lists no usable GPU: {e}")))?;
-        measure_all(cli, sizes, stall, gpus, out).map_err(CommandError::Failed)
+        measure_all(cli, sizes, stall, gpus, out)
     }
 
     fn measure_all(
@@ -422,7 +422,8 @@ mod gpu {
         stall: Option<(Algo, u64)>,
         gpus: usize,
         out: &mut dyn Write,
-    ) -> Result<(), String> {
+    ) -> Result<(), CommandError> {
+        let runtime = |e: Error| CommandError::Failed(e.to_string());
         let (collectives, dtypes, modes) = (&cli.collective.0, &cli.dtype, &cli.modes);
         // With --csv - or --json -, standard output carries that alone.
         let to_stdout = [&cli.csv, &cli.json]
@@ -444,30 +445,22 @@ mod gpu {
             log_declines: false,
             ..crate::harness::world::measuring(None, true)
         };
-        let mut keeper =
-            WorldKeeper::new(loopback, &devices, options).map_err(|e| e.to_string())?;
-        let ranks = keeper.ranks().map_err(|e| e.to_string())?;
+        let mut keeper = WorldKeeper::new(loopback, &devices, options).map_err(runtime)?;
+        let ranks = keeper.ranks().map_err(runtime)?;
         let world = ranks.len();
         let ctx = ranks[0].stream().context().clone();
-        let info = gpu_stack(&ctx).map_err(|e| e.to_string())?;
-        let io = |e: std::io::Error| e.to_string();
+        let info = gpu_stack(&ctx).map_err(runtime)?;
         let fused = collectives
             .contains(&Collective::AllReduceAddRmsNorm)
             .then_some(cli.hidden);
-        write!(table, "{}", header(&info, ranks, loopback.is_some(), fused)).map_err(io)?;
+        write!(table, "{}", header(&info, ranks, loopback.is_some(), fused))?;
         let described = World::of(ranks);
 
         let mut rows = Vec::new();
         for &collective in collectives {
-            let algos: Vec<Algo> = match &cli.algos {
-                Some(chosen) => chosen
-                    .iter()
-                    .copied()
-                    .filter(|a| a.implements(collective))
-                    .collect(),
-                None => collective.algos().to_vec(),
-            };
-            let algos = super::timing_order(algos);
+            let chosen = cli.algos.as_deref().unwrap_or(collective.algos());
+            let algos = chosen.iter().copied().filter(|a| a.implements(collective));
+            let algos = super::timing_order(algos.collect());
             for &dtype in dtypes {
                 for &mode in modes {
                     for &bytes in sizes {
@@ -508,7 +501,7 @@ mod gpu {
                                 outcome,
                             };
                             compare(&mut row, &rows);
-                            writeln!(table, "{}", row.line()).map_err(io)?;
+                            writeln!(table, "{}", row.line())?;
                             if algo == Algo::Unfused
                                 && let Ok(ranks) = keeper.ranks()
                             {
@@ -518,8 +511,7 @@ mod gpu {
                                     "{:>44} = {} all_reduce, then add_rmsnorm",
                                     "unfused",
                                     inner.name()
-                                )
-                                .map_err(io)?;
+                                )?;
                             }
                             // One failure stays one failure: a world it broke
                             // is given up and the next row builds a new one.
@@ -527,8 +519,7 @@ mod gpu {
                                 writeln!(
                                     table,
                                     "note: that configuration broke the world; building a new one"
-                                )
-                                .map_err(io)?;
+                                )?;
                             }
                             rows.push(row);
                         }
@@ -541,8 +532,7 @@ mod gpu {
                 table,
                 "note: the world was built again {} time(s) after a configuration broke it",
                 keeper.rebuilt()
-            )
-            .map_err(io)?;
+            )?;
         }
         let (nccl_calls, in_progress) = kernels::raw::nccl_call_stats();
         if nccl_calls > 0 {
@@ -550,8 +540,7 @@ mod gpu {
                 table,
                 "NCCL: {in_progress} of {nccl_calls} collectives answered ncclInProgress (each \
                  then waited for NCCL's own thread)"
-            )
-            .map_err(io)?;
+            )?;
         }
         let all = rows.clone();
         for row in &mut rows {
@@ -563,7 +552,7 @@ mod gpu {
             } else {
                 "devices"
             };
-            write_rows(path, &csv(&rows, world, kind), out).map_err(|e| e.to_string())?;
+            write_rows(path, &csv(&rows, world, kind), out)?;
         }
         if let Some(path) = &cli.json {
             let document = Document {
@@ -571,11 +560,13 @@ mod gpu {
                 world: described,
                 results: &rows,
             };
-            write_rows(path, &crate::format::json(&document), out).map_err(|e| e.to_string())?;
+            write_rows(path, &crate::format::json(&document), out)?;
         }
         let failed = rows.iter().filter(|r| r.failed()).count();
         if failed > 0 {
-            return Err(format!("{failed} configuration(s) failed"));
+            return Err(CommandError::Failed(format!(
+                "{failed} configuration(s) failed"
+            )));
         }
         Ok(())
     }
