@@ -180,28 +180,20 @@ impl Explanation {
         // NCCL, or the fused all-reduce + add + RMSNorm's unfused path.
         let fallback = key.collective.fallback();
         let fallback_name = fallback.name();
+        let falls_back = |why: String| (fallback, why);
         let (runs, reason) = if query.bytes == 0 {
-            (
-                fallback,
-                format!(
-                    "a 0-byte call moves nothing: every rank returns at once, runs no kernel and \
-                     reports {fallback_name}"
-                ),
-            )
+            falls_back(format!(
+                "a 0-byte call moves nothing: every rank returns at once, runs no kernel and \
+                 reports {fallback_name}"
+            ))
         } else if world < 2 {
-            (
-                fallback,
-                format!(
-                    "a world of {world} rank has no peer to exchange with, and tables are for 2 ranks or more"
-                ),
-            )
+            falls_back(format!(
+                "a world of {world} rank has no peer to exchange with, and tables are for 2 ranks or more"
+            ))
         } else if world > MAX_WORLD {
-            (
-                fallback,
-                format!(
-                    "kernels builds worlds of at most {MAX_WORLD} ranks; an engine of {world} ranks calls NCCL itself"
-                ),
-            )
+            falls_back(format!(
+                "kernels builds worlds of at most {MAX_WORLD} ranks; an engine of {world} ranks calls NCCL itself"
+            ))
         } else if !chosen.is_custom() {
             let why = match (&forced, table) {
                 (Some(f), _) => format!("{} forces {}", override_text(&f.value), chosen.name()),
@@ -222,24 +214,18 @@ impl Explanation {
                 decline(&call, &Promised(within)),
             ) {
                 (None, None) => (chosen, format!("{} takes the call", chosen.name())),
-                (None, Some(_)) => (
-                    fallback,
-                    format!(
-                        "{} declines it at run time: the memory budget of {} per rank caps \
-                         every capacity of this world at {}, so {fallback_name} runs",
-                        chosen.name(),
-                        format::size(memory.map_or(0, |m| m.budget.bytes)),
-                        format::exact_size(within.max_bytes)
-                    ),
-                ),
-                (Some(why), _) => (
-                    fallback,
-                    format!(
-                        "{} declines it at run time ({}), so {fallback_name} runs",
-                        chosen.name(),
-                        why.describe()
-                    ),
-                ),
+                (None, Some(_)) => falls_back(format!(
+                    "{} declines it at run time: the memory budget of {} per rank caps \
+                     every capacity of this world at {}, so {fallback_name} runs",
+                    chosen.name(),
+                    format::size(memory.map_or(0, |m| m.budget.bytes)),
+                    format::exact_size(within.max_bytes)
+                )),
+                (Some(why), _) => falls_back(format!(
+                    "{} declines it at run time ({}), so {fallback_name} runs",
+                    chosen.name(),
+                    why.describe()
+                )),
             }
         };
         Explanation {

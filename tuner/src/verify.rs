@@ -399,30 +399,24 @@ pub fn verify(
             continue;
         }
         selected += 1;
-        if !available.contains(&k.world_size) {
-            skipped.push(Skipped {
-                key: k,
-                reason: format!(
-                    "world size {} is not available here (available: {})",
-                    k.world_size,
-                    crate::format::list(&available)
-                ),
-            });
-            continue;
-        }
         let sizes = key_sizes(table, backend.size_step(k), settings);
-        if sizes.is_empty() {
-            skipped.push(Skipped {
-                key: k,
-                reason: format!(
-                    "no held-out size between {} and {}",
-                    crate::format::size(settings.min_bytes),
-                    crate::format::size(settings.max_bytes)
-                ),
-            });
+        let reason = if !available.contains(&k.world_size) {
+            format!(
+                "world size {} is not available here (available: {})",
+                k.world_size,
+                crate::format::list(&available)
+            )
+        } else if sizes.is_empty() {
+            format!(
+                "no held-out size between {} and {}",
+                crate::format::size(settings.min_bytes),
+                crate::format::size(settings.max_bytes)
+            )
+        } else {
+            work.push(KeyWork { key: k, sizes });
             continue;
-        }
-        work.push(KeyWork { key: k, sizes });
+        };
+        skipped.push(Skipped { key: k, reason });
     }
     if !work.is_empty() {
         // The first look at every size; interleaved rounds come on top where
@@ -819,14 +813,9 @@ fn summarize(
     let edges = RegretSummary::worst_of(sizes.iter().filter(|s| s.kind.is_edge()));
     let worst = RegretSummary::worst_of(sizes.iter()).worst;
     let (verdict, reason) = if let Some(wrong) = wrong_results.first() {
-        (
-            Verdict::Fail,
-            format!(
-                "{} gave a wrong result at {}",
-                wrong.algo.name(),
-                crate::format::size(wrong.bytes)
-            ),
-        )
+        let at = crate::format::size(wrong.bytes);
+        let reason = format!("{} gave a wrong result at {at}", wrong.algo.name());
+        (Verdict::Fail, reason)
     } else {
         let worst = worst.expect("a judged key has sizes");
         let mut judged = vec![against("worst", worst, settings.max_worst_regret)];
@@ -852,25 +841,19 @@ fn summarize(
 
 /// How one regret estimate stands against its limit, and why.
 fn against(name: &str, e: Estimate, limit: f64) -> (Verdict, String) {
-    let figures = format!(
-        "{name} regret {}, interval {}–{},",
-        pct(e.value),
-        pct(e.low),
-        pct(e.high)
-    );
-    if e.low > limit {
-        (
-            Verdict::Fail,
-            format!("{figures} above the {} limit", pct(limit)),
-        )
+    let (verdict, stands) = if e.low > limit {
+        (Verdict::Fail, "above")
     } else if e.high <= limit {
-        (Verdict::Pass, String::new())
+        return (Verdict::Pass, String::new());
     } else {
-        (
-            Verdict::Inconclusive,
-            format!("{figures} straddles the {} limit", pct(limit)),
-        )
-    }
+        (Verdict::Inconclusive, "straddles")
+    };
+    let (value, low, high) = (pct(e.value), pct(e.low), pct(e.high));
+    let figures = format!("{name} regret {value}, interval {low}–{high},");
+    (
+        verdict,
+        format!("{figures} {stands} the {} limit", pct(limit)),
+    )
 }
 
 impl VerifyReport {
