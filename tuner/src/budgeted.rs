@@ -150,6 +150,13 @@ impl WorldKeys<'_> {
         (self.budget.model)(caps, self.link, self.world, None).map_or(u64::MAX, |p| p.gpu_bytes)
     }
 
+    /// Every size measured for the world's keys (with repeats).
+    fn measured_sizes(&self) -> impl Iterator<Item = u64> {
+        self.keys
+            .iter()
+            .flat_map(|k| k.points.iter().map(|p| p.bytes))
+    }
+
     /// The keys fitted with only `algos`, each up to `cap`.
     fn fitted(&self, algos: &[(Collective, Algo)], cap: u64) -> (Vec<KeyFit>, u64) {
         let allowed: Vec<CapacityEntry> = self
@@ -172,11 +179,7 @@ impl WorldKeys<'_> {
     /// whose fitted tables fit the budget (a cap of 0 keeps nothing but
     /// NCCL, whose footprint is the least a world takes).
     fn within(&self, algos: Vec<(Collective, Algo)>, medians: &Medians) -> Candidate {
-        let mut sizes: Vec<u64> = self
-            .keys
-            .iter()
-            .flat_map(|k| k.points.iter().map(|p| p.bytes))
-            .collect();
+        let mut sizes: Vec<u64> = self.measured_sizes().collect();
         sizes.sort_unstable();
         sizes.dedup();
         let (mut lo, mut hi) = (0usize, sizes.len());
@@ -205,13 +208,7 @@ impl WorldKeys<'_> {
     /// `best` with the bands its cap cut taken on, between the cap and the
     /// next measured size, as far as the budget goes ([`WorldKeys::extend`]).
     fn extended(&self, best: Candidate) -> Candidate {
-        let next = self
-            .keys
-            .iter()
-            .flat_map(|k| k.points.iter().map(|p| p.bytes))
-            .filter(|&b| b > best.cap)
-            .min();
-        let Some(next) = next else {
+        let Some(next) = self.measured_sizes().filter(|&b| b > best.cap).min() else {
             return best;
         };
         let (mut lo, mut hi) = (best.cap / 16, (next - 1) / 16 + 1);
@@ -246,18 +243,9 @@ impl WorldKeys<'_> {
                 ) else {
                     return fit;
                 };
-                let last = key
-                    .points
-                    .iter()
-                    .map(|p| p.bytes)
-                    .filter(|&b| b <= cap)
-                    .max();
-                let next = key
-                    .points
-                    .iter()
-                    .map(|p| p.bytes)
-                    .filter(|&b| b > cap)
-                    .min();
+                let sizes = key.points.iter().map(|p| p.bytes);
+                let last = sizes.clone().filter(|&b| b <= cap).max();
+                let next = sizes.filter(|&b| b > cap).min();
                 let align = crate::grid::alignment(self.capacities, fit.key.collective, self.world);
                 if let (Some(last), Some(next)) = (last, next) {
                     for band in &mut fit.bands {
