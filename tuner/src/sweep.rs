@@ -272,7 +272,6 @@ pub fn sweep(
         observer.key_started(&key_plan.key);
         let mut run = KeyRun {
             backend: &mut *backend,
-            effort: settings.effort(),
             settings,
             key: key_plan.key,
             columns: BTreeMap::new(),
@@ -299,7 +298,6 @@ pub fn sweep(
 /// The measuring of one key.
 struct KeyRun<'a> {
     backend: &'a mut dyn Backend,
-    effort: Effort,
     settings: &'a SweepSettings,
     key: TableKey,
     columns: BTreeMap<u64, Column>,
@@ -330,16 +328,9 @@ impl KeyRun<'_> {
         origin: PointOrigin,
         observer: &mut dyn Observer,
     ) -> Result<(), RunStatus> {
+        let (backend, key, effort) = (&mut *self.backend, self.key, self.settings.effort());
         let column = self.columns.entry(bytes).or_default();
-        let (backend, key) = (&mut *self.backend, self.key);
-        candidates::first_look(
-            backend,
-            key,
-            (bytes, origin),
-            &self.effort,
-            column,
-            observer,
-        )?;
+        candidates::first_look(backend, key, (bytes, origin), &effort, column, observer)?;
         if observer.should_stop() {
             return Err(RunStatus::Interrupted);
         }
@@ -347,12 +338,9 @@ impl KeyRun<'_> {
             PointOrigin::Grid => self.settings.max_remeasure_rounds,
             PointOrigin::Bisect => self.settings.max_probe_rounds,
         };
-        let column = self.columns.entry(bytes).or_default();
-        let settled =
-            candidates::settle(&mut *self.backend, self.key, column, rounds, &self.effort);
-        settled
+        candidates::settle(backend, key, column, rounds, &effort)
             .map(|_| ())
-            .map_err(|(algo, e)| RunStatus::failed(self.key, algo, bytes, &e))
+            .map_err(|(algo, e)| RunStatus::failed(key, algo, bytes, &e))
     }
 
     /// The two algorithms to probe between: the fastest at `low` and the
