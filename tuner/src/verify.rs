@@ -687,53 +687,34 @@ impl SizeJudge<'_> {
         let key = self.key;
         let settings = self.settings;
         self.observer.points_added(2);
+        let both = [chosen, rival];
         let mut column = Column::new();
-        for algo in [chosen, rival] {
-            let point = PointEvidence::new(bytes, algo, PointOrigin::Grid);
-            column.insert(
-                algo,
-                PointEvidence {
-                    verified: true,
-                    ..point
-                },
-            );
+        for algo in both {
+            let mut point = PointEvidence::new(bytes, algo, PointOrigin::Grid);
+            point.verified = true;
+            column.insert(algo, point);
         }
         let rounds = settings.max_rounds.max(1);
         let min_rounds = settings.min_rounds.min(rounds);
+        let (reps, confidence) = (settings.effort.reps, settings.effort.confidence);
         let mut done = 0;
-        let mut regret = None;
-        while done < rounds {
+        let regret = loop {
             if self.observer.should_stop() {
                 return Err(RunStatus::Interrupted);
             }
-            candidates::interleaved_round(
-                &mut *self.backend,
-                key,
-                &mut column,
-                &[chosen, rival],
-                done,
-                settings.effort.reps,
-            )
-            .map_err(|(algo, e)| RunStatus::failed(key, algo, bytes, &e))?;
+            candidates::interleaved_round(&mut *self.backend, key, &mut column, &both, done, reps)
+                .map_err(|(algo, e)| RunStatus::failed(key, algo, bytes, &e))?;
             done += 1;
-            let r = regret_of(
-                &column,
-                kind,
-                chosen,
-                Some(rival),
-                settings.effort.confidence,
-            );
-            let clear = clear_of_limits(&r, kind, settings);
-            regret = Some(r);
-            if done >= min_rounds && clear {
-                break;
+            let regret = regret_of(&column, kind, chosen, Some(rival), confidence);
+            let clear = done >= min_rounds && clear_of_limits(&regret, kind, settings);
+            if clear || done == rounds {
+                break regret;
             }
-        }
-        for algo in [chosen, rival] {
+        };
+        for algo in both {
             self.observer.point_done(&key, bytes, algo);
         }
         self.note_spreads(&column);
-        let regret = regret.expect("at least one round");
         Ok(SizeRegret {
             rounds: done,
             ..regret
