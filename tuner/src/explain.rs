@@ -394,21 +394,21 @@ fn band_range(low: u64, high: u64) -> String {
     }
 }
 
-/// The explanation of `query` against the compiled tables, as text, for a
-/// world with `kernels`' default options where the tuner knows them.
-pub fn explain(query: Query) -> String {
-    let memory = crate::memory::runtime_default().map(|budget| WorldMemory {
-        budget,
-        policy: policy::Policy::none(),
-    });
-    Explanation::new(&TableSet::Compiled, query, None, memory.as_ref()).render()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use policy::{Arch, DType, Link, Mode};
     use proptest::prelude::*;
+
+    /// The explanation of `query` against the compiled tables, as text, for a
+    /// world with `kernels`' default options where the tuner knows them.
+    fn explain(query: Query) -> String {
+        let memory = crate::memory::runtime_default().map(|budget| WorldMemory {
+            budget,
+            policy: policy::Policy::none(),
+        });
+        Explanation::new(&TableSet::Compiled, query, None, memory.as_ref()).render()
+    }
 
     fn sm(major: u8, minor: u8) -> Arch {
         Arch::from_compute_capability(major, minor)

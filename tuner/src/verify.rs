@@ -353,11 +353,6 @@ impl VerifyReport {
             Verdict::Inconclusive
         })
     }
-
-    /// Every verified key passed and the run was complete.
-    pub fn pass(&self) -> bool {
-        self.verdict() == Some(Verdict::Pass)
-    }
 }
 
 /// One table's work: its sizes and their kinds.
@@ -1244,7 +1239,7 @@ mod tests {
             seen: Default::default(),
         };
         let report = verify(&mut transient, &doc, &settings, &mut Quiet).unwrap();
-        assert!(report.pass(), "{}", report.render());
+        assert_eq!(report.verdict(), Some(Verdict::Pass), "{}", report.render());
         let key = &report.keys[0];
         assert!(
             key.sizes
@@ -1275,7 +1270,7 @@ mod tests {
         let (mut doc, settings) = fitted_document(SyntheticConfig::planted(0.02, 4));
         let mut backend = SyntheticBackend::new(SyntheticConfig::planted(0.02, 4));
         let report = verify(&mut backend, &doc, &settings, &mut Quiet).unwrap();
-        assert!(report.pass(), "{}", report.render());
+        assert_eq!(report.verdict(), Some(Verdict::Pass), "{}", report.render());
         assert!(report.keys[0].edges.sizes >= 8, "{}", report.render());
         let noise = report.noise.unwrap();
         assert!(
@@ -1345,7 +1340,7 @@ mod tests {
             &mut Quiet,
         )
         .unwrap();
-        assert!(report.pass(), "{}", report.render());
+        assert_eq!(report.verdict(), Some(Verdict::Pass), "{}", report.render());
         // The drift matters at this time scale: blocks of 8 rounds of the
         // same algorithm disagree by more than the worst limit.
         let mut backend = SyntheticBackend::new(drifting());
