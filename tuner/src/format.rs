@@ -70,6 +70,17 @@ pub fn json(report: &impl serde::Serialize) -> String {
     text
 }
 
+/// What a run is estimated to take: `estimated 2m 05s`, or for the synthetic
+/// model (`modelled`) the GPU time it models but does not spend.
+pub fn estimate(seconds: f64, modelled: bool) -> String {
+    let estimate = duration(seconds);
+    if modelled {
+        format!("{estimate} of modelled GPU time, which the synthetic model does not spend")
+    } else {
+        format!("estimated {estimate}")
+    }
+}
+
 /// Seconds as `2m 05s` or `41s`.
 pub fn duration(seconds: f64) -> String {
     let whole = seconds.max(0.0).round() as u64;

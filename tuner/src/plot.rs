@@ -208,8 +208,7 @@ fn regret(key: &KeyEvidence, bands: &[Band]) -> Option<Regret> {
         .iter()
         .copied()
         .fold((f64::NEG_INFINITY, 0), |a, b| if b.0 > a.0 { b } else { a });
-    let mut values: Vec<f64> = regrets.iter().map(|r| r.0).collect();
-    values.sort_by(f64::total_cmp);
+    let values: Vec<f64> = regrets.iter().map(|r| r.0).collect();
     Some(Regret {
         sizes: values.len(),
         median: stats::median(&values),

@@ -130,12 +130,11 @@ fn check_destination(folder: &Path) -> Result<(), Error> {
         .map_err(|e| Error::Failed(format!("cannot read {}: {e}", folder.display())))?;
     let foreign: Vec<String> = entries
         .filter_map(|e| e.ok())
-        .filter(|e| {
+        .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let figure = name.ends_with(".svg") || name == INDEX;
-            !(figure && e.path().is_file())
+            let figure = (name.ends_with(".svg") || name == INDEX) && e.path().is_file();
+            (!figure).then_some(name)
         })
-        .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     if foreign.is_empty() {
         Ok(())

@@ -139,15 +139,8 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     let synthetic = platform.backend == "synthetic";
     let kind = test_kind(&platform.backend, link).filter(|_| !args.force);
     prepare(&out_dir, &toml_path, (arch, link), kind, !args.dry_run)?;
-    let estimate = if synthetic {
-        // The model's latencies are not spent: the sweep takes a fraction of this.
-        format!(
-            "{} of modelled GPU time, which the synthetic model does not spend",
-            format::duration(plan.estimated_seconds)
-        )
-    } else {
-        format!("estimated {}", format::duration(plan.estimated_seconds))
-    };
+    // The model's latencies are not spent: the sweep takes a fraction of this.
+    let estimate = format::estimate(plan.estimated_seconds, synthetic);
     writeln!(
         out,
         "{} ({} {}, {} backend): {} keys, {} grid points, {estimate}",
