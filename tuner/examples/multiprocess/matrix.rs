@@ -12,7 +12,7 @@ use policy::{Algo, Collective, DType, Mode};
 use tuner::harness::timing::poison;
 use tuner::harness::validation::random_inputs;
 
-use crate::worker::{Failure, check, exact, hash_of, issue};
+use crate::worker::{Failure, check, hash_of, issue, print_case};
 use crate::{Cli, code};
 
 const BYTES_PER_RANK: [usize; 3] = [16, 4112, 65_536];
@@ -57,11 +57,7 @@ pub fn run(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
                         };
                         cases += 1;
                         match outcome {
-                            Ok((ran, hash)) => println!(
-                                "CASE {id} ran={} exact={} hash={hash:016x}",
-                                ran.name(),
-                                exact(comm, ran) as u8
-                            ),
+                            Ok((ran, hash)) => print_case(comm, &id, ran, hash),
                             // A device timeout leaves the world out of step: stop.
                             Err(CaseError::Fatal(e)) => return Err(Failure::at(id, e)),
                             Err(CaseError::Wrong(why)) => {

@@ -30,7 +30,7 @@ use policy::{Algo, Collective, Mode};
 use tuner::harness::timing::poison;
 use tuner::harness::validation::random_inputs;
 
-use crate::worker::{Failure, algo_counts, check, exact, hash_of, issue, leave};
+use crate::worker::{Failure, algo_counts, check, hash_of, issue, leave, print_case};
 use crate::{Cli, code, watch};
 
 /// One collective of the captured graph.
@@ -292,12 +292,7 @@ fn replay<T: Element>(
             let verdict = check(comm, call.collective, *algo, &inputs[k], &result);
             let id = format!("soak/w{windows}/{}", call.label);
             match verdict {
-                Ok(()) => println!(
-                    "CASE {id} ran={} exact={} hash={:016x}",
-                    algo.name(),
-                    exact(comm, *algo) as u8,
-                    hash_of(&result)
-                ),
+                Ok(()) => print_case(comm, &id, *algo, hash_of(&result)),
                 Err(why) => {
                     failures += 1;
                     first_failure.get_or_insert(format!("{id} after {done} replays: {why}"));
