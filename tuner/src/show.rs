@@ -11,21 +11,40 @@ use policy::{PlatformInfo, TableInfo};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::commands::args;
 use crate::format;
 use crate::tables::TableSet;
 
-/// Which tables to show; `None` shows all.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Which tables to show; `None` shows all. `tuner show`'s flags, whose help
+/// the field docs are.
+#[derive(Clone, Debug, Default, PartialEq, clap::Args)]
+#[allow(
+    rustdoc::invalid_html_tags,
+    reason = "the docs are the --help text, where sm<major><minor> is literal"
+)]
 pub struct ShowFilter {
-    /// The file that answers this arch (its own, or the one the fallback rule
-    /// borrows: sm103 is answered by sm100's).
+    /// The file that answers this GPU architecture: sm<major><minor>, e.g.
+    /// sm80, sm90, sm100, sm103 (its own, or the same major's highest minor
+    /// below it)
+    #[arg(long, value_parser = args::arch)]
     pub arch: Option<Arch>,
+    /// Only files for this interconnect: nvlink, pcie or loopback
+    #[arg(long, value_parser = args::link)]
     pub link: Option<Link>,
+    /// Only tables of all_reduce or all_gather
+    #[arg(long, value_parser = args::collective)]
     pub collective: Option<Collective>,
+    /// Only tables for this many ranks, 2 to 1024
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=1024))]
     pub world_size: Option<u32>,
+    /// Only tables of this element type: bf16, f16 or f32
+    #[arg(long, value_parser = args::dtype)]
     pub dtype: Option<DType>,
+    /// Only tables of this mode: graph or eager
+    #[arg(long, value_parser = args::mode)]
     pub mode: Option<Mode>,
-    /// Also print each table's note (how it was measured or where it was read).
+    /// Also print each table's note (how it was measured or where it was read)
+    #[arg(long)]
     pub notes: bool,
 }
 

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-mod args;
+pub(crate) mod args;
 mod bench;
 mod explain;
 mod fit;

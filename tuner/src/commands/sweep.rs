@@ -101,26 +101,24 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     args.keys.check()?;
     // Only a real platform's measurements may land in tuned/ by default: every
     // file there is compiled into `policy`.
+    let refused = |why: &str| Err(Error::Usage(why.to_string()));
     let out_dir = match (&args.out, args.backend.synthetic, args.backend.loopback) {
         (Some(dir), _, _) if dir.as_os_str() == "-" => {
-            return Err(Error::Usage(
-                "--out - is not possible: a sweep writes two files (the TOML and its evidence) into a folder"
-                    .to_string(),
-            ));
+            return refused(
+                "--out - is not possible: a sweep writes two files (the TOML and its evidence) into a folder",
+            );
         }
         (Some(dir), _, _) => dir.clone(),
         (None, false, false) => PathBuf::from("tuned"),
         (None, true, _) => {
-            return Err(Error::Usage(
-                "--synthetic needs --out: synthetic tables must never replace real ones in tuned/"
-                    .to_string(),
-            ));
+            return refused(
+                "--synthetic needs --out: synthetic tables must never replace real ones in tuned/",
+            );
         }
         (None, false, true) => {
-            return Err(Error::Usage(
-                "--loopback needs --out: a loopback world validates kernels, not a platform, so its table does not belong in tuned/"
-                    .to_string(),
-            ));
+            return refused(
+                "--loopback needs --out: a loopback world validates kernels, not a platform, so its table does not belong in tuned/",
+            );
         }
     };
     if args.samples < 5 {
