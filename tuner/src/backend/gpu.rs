@@ -291,11 +291,10 @@ impl Backend for GpuBackend {
     fn estimated_point_seconds(
         &self,
         key: TableKey,
-        algo: Algo,
+        _algo: Algo,
         bytes: u64,
         reps: Repetitions,
     ) -> f64 {
-        let _ = algo;
         let w = f64::from(key.world_size);
         let call_us = rough_call_us(bytes);
         let calls =
