@@ -152,11 +152,8 @@ impl GpuBackend {
             self.check_capacities(&ranks[0], world_size)?;
             self.world = Some((world_size, ranks));
         }
-        Ok(self
-            .world
-            .as_mut()
-            .map(|(_, ranks)| ranks.as_mut_slice())
-            .expect("built above"))
+        let (_, ranks) = self.world.as_mut().expect("built above");
+        Ok(ranks)
     }
 
     /// The sweep picks its candidates from the capacities it expects a world
