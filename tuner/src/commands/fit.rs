@@ -38,18 +38,22 @@ pub struct FitCommandArgs {
 
 /// Where `fit` puts the TOML.
 enum Target {
-    Stdout,
+    /// Standard output, for a file that would be at the path given (where it
+    /// names its evidence from).
+    Stdout(PathBuf),
     File(PathBuf),
 }
 
 impl FitCommandArgs {
     fn target(&self, evidence: &Evidence) -> Result<Target, Error> {
         let file_name = toml_file_name(evidence.platform.arch, evidence.platform.link);
+        // Beside the evidence, without -o and (for naming the evidence) with -o -.
+        let beside = self.evidence.with_file_name(&file_name);
         let Some(out) = &self.out else {
-            return Ok(Target::File(self.evidence.with_file_name(&file_name)));
+            return Ok(Target::File(beside));
         };
         if out.as_os_str() == "-" {
-            return Ok(Target::Stdout);
+            return Ok(Target::Stdout(beside));
         }
         let text = out.to_string_lossy();
         let names_folder = text.ends_with('/') || text.ends_with(std::path::MAIN_SEPARATOR);
@@ -72,7 +76,7 @@ pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     let settings = args.fit.settings()?;
     let evidence = Evidence::load(&args.evidence).map_err(Error::Input)?;
     let target = args.target(&evidence)?;
-    if args.json && matches!(target, Target::Stdout) {
+    if args.json && matches!(target, Target::Stdout(_)) {
         return Err(Error::Usage(
             "--json and -o - both want standard output (the report, the TOML); write the TOML to a file".to_string(),
         ));
@@ -91,13 +95,7 @@ pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         return Err(Error::Input(no_usable_key(&args.evidence, &result)));
     }
     let toml_path = match target {
-        Target::Stdout => {
-            // Beside the evidence, as without -o: where the printed file
-            // would name its evidence from.
-            let beside = args.evidence.with_file_name(toml_file_name(
-                evidence.platform.arch,
-                evidence.platform.link,
-            ));
+        Target::Stdout(beside) => {
             let reference = relative_reference(&beside, &args.evidence);
             let doc = build_document(&evidence, &result, Some(&reference), Vec::new());
             tuned_schema::validate::validate_documents(std::slice::from_ref(&doc)).map_err(
