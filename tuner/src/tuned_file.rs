@@ -16,7 +16,7 @@ use tuned_schema::write::to_toml_string;
 use tuned_schema::{Assertion, Diagnostic, Document, Platform, Provenance, Source, Table};
 
 use crate::evidence::{Evidence, FailedChecks};
-use crate::fit::{FitResult, FitSettings, KeyFit};
+use crate::fit::{FitResult, KeyFit};
 use crate::tuned_folder::{check_folder, check_in_folder, folder_of};
 
 /// `sm90-nvlink`: the stem of a platform's TOML and evidence files.
@@ -70,12 +70,7 @@ pub fn build_document(
         capacities: platform
             .capacities
             .iter()
-            .filter(|c| {
-                evidence
-                    .keys
-                    .iter()
-                    .any(|k| k.key().collective == c.collective)
-            })
+            .filter(|c| evidence.keys.iter().any(|k| k.collective == c.collective))
             .cloned()
             .collect(),
         tables: fit
@@ -86,12 +81,7 @@ pub fn build_document(
                 // The file's `[platform]` names the measurement; a merge into a
                 // file with other sources makes it explicit (`tuned_schema::merge`).
                 source: None,
-                note: Some(table_note(
-                    key,
-                    &fit.settings,
-                    &platform.tuner_version,
-                    fit.memory_budget,
-                )),
+                note: Some(table_note(key, fit, &platform.tuner_version)),
                 bands: key.bands.clone(),
             })
             .collect(),
@@ -112,13 +102,8 @@ pub fn source_of(evidence: &Evidence) -> Source {
 
 /// How a table was measured, for the reviewer reading the TOML: with the
 /// memory budget per rank it was fitted for, if any.
-fn table_note(
-    key: &KeyFit,
-    settings: &FitSettings,
-    tuner_version: &str,
-    memory_budget: Option<u64>,
-) -> String {
-    let budget = memory_budget.map_or(String::new(), |b| {
+fn table_note(key: &KeyFit, fit: &FitResult, tuner_version: &str) -> String {
+    let budget = fit.memory_budget.map_or(String::new(), |b| {
         format!(
             ", memory budget {} per rank",
             tuned_schema::size::format_size(b)
@@ -128,7 +113,7 @@ fn table_note(
         "measured by tuner v{tuner_version}: {} sizes, at least {} samples/point, noise margin {}%{budget}",
         key.sizes,
         key.min_samples,
-        (settings.margin * 1000.0).round() / 10.0
+        (fit.settings.margin * 1000.0).round() / 10.0
     )
 }
 
