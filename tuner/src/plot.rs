@@ -178,24 +178,15 @@ fn regret(key: &KeyEvidence, bands: &[Band]) -> Option<Regret> {
     }
     let mut regrets: Vec<(f64, u64)> = Vec::new();
     for (bytes, points) in key.by_size() {
-        let Some(chosen) = tuned_schema::interpret::bands_containing(bands, bytes)
-            .next()
-            .map(|b| b.algo)
-        else {
+        let Some(band) = tuned_schema::interpret::bands_containing(bands, bytes).next() else {
             continue;
         };
-        let median_of = |algo: Algo| {
-            points
-                .iter()
-                .find(|p| p.algo == algo && p.usable())
-                .map(|p| stats::median(&p.samples_us))
-        };
-        let best = points
-            .iter()
-            .filter(|p| p.usable())
-            .map(|p| stats::median(&p.samples_us))
-            .fold(f64::INFINITY, f64::min);
-        if let Some(t) = median_of(chosen)
+        let usable = points.iter().filter(|p| p.usable());
+        let medians: Vec<(Algo, f64)> = usable
+            .map(|p| (p.algo, stats::median(&p.samples_us)))
+            .collect();
+        let best = medians.iter().map(|m| m.1).fold(f64::INFINITY, f64::min);
+        if let Some(&(_, t)) = medians.iter().find(|m| m.0 == band.algo)
             && best.is_finite()
         {
             regrets.push(((t - best) / best, bytes));

@@ -11,6 +11,7 @@ use std::path::{Component, Path, PathBuf};
 use policy::{Arch, Link, TableKey};
 use serde::Serialize;
 use tuned_schema::merge::{Merged, merge};
+use tuned_schema::size::format_size;
 use tuned_schema::validate::parse_document;
 use tuned_schema::write::to_toml_string;
 use tuned_schema::{Assertion, Diagnostic, Document, Platform, Provenance, Source, Table};
@@ -104,10 +105,7 @@ pub fn source_of(evidence: &Evidence) -> Source {
 /// memory budget per rank it was fitted for, if any.
 fn table_note(key: &KeyFit, fit: &FitResult, tuner_version: &str) -> String {
     let budget = fit.memory_budget.map_or(String::new(), |b| {
-        format!(
-            ", memory budget {} per rank",
-            tuned_schema::size::format_size(b)
-        )
+        format!(", memory budget {} per rank", format_size(b))
     });
     format!(
         "measured by tuner v{tuner_version}: {} sizes, at least {} samples/point, noise margin {}%{budget}",

@@ -88,12 +88,7 @@ pub fn check_test_destination(kind: &str, toml_path: &Path) -> Result<(), String
     }
     let real: Vec<String> = toml_paths(folder)
         .into_iter()
-        .filter(|path| {
-            existing_document(path)
-                .ok()
-                .flatten()
-                .is_some_and(|doc| holds_real_tables(&doc))
-        })
+        .filter(|path| matches!(existing_document(path), Ok(Some(doc)) if holds_real_tables(&doc)))
         .map(|path| path.display().to_string())
         .collect();
     if !real.is_empty() {
