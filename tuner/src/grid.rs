@@ -108,21 +108,18 @@ pub fn candidates(
 /// An entry for every custom algorithm of every collective, in the
 /// vocabulary's order, with the capacity `capacity` gives it.
 pub fn custom_capacities(capacity: impl Fn(Collective, Algo) -> Capacity) -> Vec<CapacityEntry> {
-    Collective::ALL
-        .into_iter()
-        .flat_map(|collective| {
-            collective
-                .algos()
-                .iter()
-                .map(move |&algo| (collective, algo))
-        })
-        .filter(|(_, algo)| algo.is_custom())
-        .map(|(collective, algo)| CapacityEntry {
-            collective,
-            algo,
-            capacity: capacity(collective, algo),
-        })
-        .collect()
+    let mut entries = Vec::new();
+    for collective in Collective::ALL {
+        for &algo in collective.algos().iter().filter(|a| a.is_custom()) {
+            let capacity = capacity(collective, algo);
+            entries.push(CapacityEntry {
+                collective,
+                algo,
+                capacity,
+            });
+        }
+    }
+    entries
 }
 
 #[cfg(test)]

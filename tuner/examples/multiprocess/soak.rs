@@ -55,6 +55,7 @@ const FORCED: [u64; 5] = [64 << 10, 32 << 10, 16 << 10, 4 << 10, 1 << 10];
 /// call forced to each algorithm the policy did not pick.
 fn plan<T: Element>(comm: &RankComm) -> Vec<Call> {
     let world = comm.world_size() as u64;
+    let world_size = world as u32;
     let size = std::mem::size_of::<T>() as u64;
     let dtype = T::DTYPE;
     let mut calls = Vec::new();
@@ -81,13 +82,9 @@ fn plan<T: Element>(comm: &RankComm) -> Vec<Call> {
             if picked.contains(&(collective, algo)) {
                 continue;
             }
-            let fits = |bytes: u64| {
-                !algo.is_custom()
-                    || comm.capacity(collective, algo).accepts_message(
-                        collective,
-                        world as u32,
-                        bytes,
-                    )
+            let capacity = comm.capacity(collective, algo);
+            let fits = |bytes| {
+                !algo.is_custom() || capacity.accepts_message(collective, world_size, bytes)
             };
             let bytes = FORCED
                 .iter()
