@@ -214,12 +214,10 @@ def budget_regret(folder, link):
             row = [world, name]
             for collective in ("all_reduce", "all_gather"):
                 mine = [l for l in lines if l.strip().startswith(collective)]
-                for mean, worst in (
-                    (r"regret mean ([\d.]+)%", r"regret mean [\d.]+%, worst ([\d.]+)%"),
-                    (r"run time: mean ([\d.]+)%", r"run time: mean [\d.]+%, worst ([\d.]+)%"),
-                ):
-                    values = lambda pattern: [float(re.search(pattern, l).group(1)) for l in mine]
-                    row.append(f"mean {span(values(mean))}, worst {span(values(worst))}")
+                for fitted in ("regret", "run time:"):
+                    found = [re.search(fitted + r" mean ([\d.]+)%, worst ([\d.]+)%", l) for l in mine]
+                    means, worsts = ([float(m[i]) for m in found] for i in (1, 2))
+                    row.append(f"mean {span(means)}, worst {span(worsts)}")
             rows.append(row)
     header = ["world", "budget", "all-reduce, refitted", "all-reduce, capped at run time",
               "all-gather, refitted", "all-gather, capped at run time"]

@@ -63,44 +63,15 @@ pub fn include_tuned(input: TokenStream) -> TokenStream {
             tokens.into()
         }
         Err(error) => {
-            // The items the expansion would define, inert, beside the error:
-            // code that uses them then compiles, so the file's problems are
+            // The items the expansion would define, beside the error: those
+            // of no file, where every query runs the collective's fallback.
+            // Code that uses them then compiles, so the file's problems are
             // the only errors and none cascades ("cannot find function `select`").
             let mut tokens = error.to_compile_error();
-            tokens.extend(placeholders());
+            tokens.extend(codegen::generate(&[]));
             tokens.extend(tables_static(&args.folder));
             tokens.into()
         }
-    }
-}
-
-/// `select`, `capacity`, `table_arch` and `PLATFORMS` with the signatures the
-/// expansion gives them, for a folder that failed to load. They are never run:
-/// the compile error stops the build.
-fn placeholders() -> proc_macro2::TokenStream {
-    quote::quote! {
-        #[allow(dead_code)]
-        pub const fn select(q: ::policy::Query) -> ::policy::Algo {
-            q.key.collective.fallback()
-        }
-        #[allow(dead_code)]
-        pub const fn capacity(
-            _arch: ::policy::Arch,
-            _link: ::policy::Link,
-            collective: ::policy::Collective,
-            algo: ::policy::Algo,
-        ) -> ::policy::Capacity {
-            ::policy::default_capacity(collective, algo)
-        }
-        #[allow(dead_code)]
-        pub const fn table_arch(
-            _arch: ::policy::Arch,
-            _link: ::policy::Link,
-        ) -> ::core::option::Option<::policy::Arch> {
-            ::core::option::Option::None
-        }
-        #[allow(dead_code)]
-        pub const PLATFORMS: &[::policy::PlatformInfo] = &[];
     }
 }
 

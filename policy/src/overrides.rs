@@ -98,14 +98,12 @@ impl Policy {
                 }
             }
         }
-        let mut policy = Policy::none();
-        for collective in Collective::ALL {
+        // `forced` is indexed by discriminant, the order of `Collective::ALL`.
+        let forced = Collective::ALL.map(|collective| {
             let from_bare = bare.filter(|algo| algo.implements(collective));
-            if let Some(algo) = explicit.forced(collective).or(from_bare) {
-                policy.set(collective, algo);
-            }
-        }
-        Ok(policy)
+            explicit.forced(collective).or(from_bare)
+        });
+        Ok(Policy { forced })
     }
 
     fn set(&mut self, collective: Collective, algo: Algo) {

@@ -150,6 +150,13 @@ impl WorldKeys<'_> {
         (self.budget.model)(caps, self.link, self.world, None).map_or(u64::MAX, |p| p.gpu_bytes)
     }
 
+    /// Every size measured for the world's keys (with repeats).
+    fn measured_sizes(&self) -> impl Iterator<Item = u64> {
+        self.keys
+            .iter()
+            .flat_map(|k| k.points.iter().map(|p| p.bytes))
+    }
+
     /// The keys fitted with only `algos`, each up to `cap`.
     fn fitted(&self, algos: &[(Collective, Algo)], cap: u64) -> (Vec<KeyFit>, u64) {
         let allowed: Vec<CapacityEntry> = self
@@ -172,11 +179,7 @@ impl WorldKeys<'_> {
     /// whose fitted tables fit the budget (a cap of 0 keeps nothing but
     /// NCCL, whose footprint is the least a world takes).
     fn within(&self, algos: Vec<(Collective, Algo)>, medians: &Medians) -> Candidate {
-        let mut sizes: Vec<u64> = self
-            .keys
-            .iter()
-            .flat_map(|k| k.points.iter().map(|p| p.bytes))
-            .collect();
+        let mut sizes: Vec<u64> = self.measured_sizes().collect();
         sizes.sort_unstable();
         sizes.dedup();
         let (mut lo, mut hi) = (0usize, sizes.len());
@@ -203,15 +206,9 @@ impl WorldKeys<'_> {
     }
 
     /// `best` with the bands its cap cut taken on, between the cap and the
-    /// next measured size, as far as the budget goes ([`extend`]).
+    /// next measured size, as far as the budget goes ([`WorldKeys::extend`]).
     fn extended(&self, best: Candidate) -> Candidate {
-        let next = self
-            .keys
-            .iter()
-            .flat_map(|k| k.points.iter().map(|p| p.bytes))
-            .filter(|&b| b > best.cap)
-            .min();
-        let Some(next) = next else {
+        let Some(next) = self.measured_sizes().filter(|&b| b > best.cap).min() else {
             return best;
         };
         let (mut lo, mut hi) = (best.cap / 16, (next - 1) / 16 + 1);
@@ -219,14 +216,7 @@ impl WorldKeys<'_> {
         let base = chosen.fits.clone();
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            let fits = extend(
-                &base,
-                self.unbounded,
-                self.keys,
-                self.capacities,
-                self.world,
-                mid * 16,
-            );
+            let fits = self.extend(&base, mid * 16);
             let bytes = self.bytes(&selected(&fits, self.capacities));
             if bytes <= self.budget.bytes {
                 (chosen.fits, chosen.bytes, chosen.cap) = (fits, bytes, mid * 16);
@@ -237,56 +227,40 @@ impl WorldKeys<'_> {
         }
         chosen
     }
-}
 
-/// `fits` (fitted within a cap at or below `cap`) with every custom band
-/// that the cap cut short taken up to `cap` (aligned down): a band that ends
-/// at its key's last measured size at or below `cap`, whose algorithm the
-/// unbounded fit also chose at the key's next measured size. Between the two
-/// sizes the unbounded fit has that algorithm, measured at both ends.
-fn extend(
-    fits: &[KeyFit],
-    unbounded: &[KeyFit],
-    keys: &[&KeyEvidence],
-    capacities: &[CapacityEntry],
-    world: u32,
-    cap: u64,
-) -> Vec<KeyFit> {
-    fits.iter()
-        .map(|fit| {
-            let mut fit = fit.clone();
-            let (Some(key), Some(theirs)) = (
-                keys.iter().find(|k| k.key() == fit.key),
-                unbounded.iter().find(|u| u.key == fit.key),
-            ) else {
-                return fit;
-            };
-            let last = key
-                .points
-                .iter()
-                .map(|p| p.bytes)
-                .filter(|&b| b <= cap)
-                .max();
-            let next = key
-                .points
-                .iter()
-                .map(|p| p.bytes)
-                .filter(|&b| b > cap)
-                .min();
-            let align = crate::grid::alignment(capacities, fit.key.collective, world);
-            if let (Some(last), Some(next)) = (last, next) {
-                for band in &mut fit.bands {
-                    if band.algo.is_custom()
-                        && band.max == Some(last)
-                        && band_algo(&theirs.bands, next) == band.algo
-                    {
-                        band.max = Some(last.max(cap / align * align));
+    /// `fits` (fitted within a cap at or below `cap`) with every custom band
+    /// that the cap cut short taken up to `cap` (aligned down): a band that ends
+    /// at its key's last measured size at or below `cap`, whose algorithm the
+    /// unbounded fit also chose at the key's next measured size. Between the two
+    /// sizes the unbounded fit has that algorithm, measured at both ends.
+    fn extend(&self, fits: &[KeyFit], cap: u64) -> Vec<KeyFit> {
+        fits.iter()
+            .map(|fit| {
+                let mut fit = fit.clone();
+                let (Some(key), Some(theirs)) = (
+                    self.keys.iter().find(|k| k.key() == fit.key),
+                    self.unbounded.iter().find(|u| u.key == fit.key),
+                ) else {
+                    return fit;
+                };
+                let sizes = key.points.iter().map(|p| p.bytes);
+                let last = sizes.clone().filter(|&b| b <= cap).max();
+                let next = sizes.filter(|&b| b > cap).min();
+                let align = crate::grid::alignment(self.capacities, fit.key.collective, self.world);
+                if let (Some(last), Some(next)) = (last, next) {
+                    for band in &mut fit.bands {
+                        if band.algo.is_custom()
+                            && band.max == Some(last)
+                            && band_algo(&theirs.bands, next) == band.algo
+                        {
+                            band.max = Some(last.max(cap / align * align));
+                        }
                     }
                 }
-            }
-            fit
-        })
-        .collect()
+                fit
+            })
+            .collect()
+    }
 }
 
 /// What tables with these fits select out of `capacities`: each custom
@@ -519,15 +493,14 @@ pub fn report(budget: u64, worlds: &[WorldBudget], regret: &[KeyRegret]) -> Stri
                 let _ = writeln!(out, ", within the budget: kept as they are");
             }
             Some(kept) => {
-                let algos: Vec<String> = kept
-                    .algos
-                    .iter()
-                    .map(|(c, a)| format!("{} {}", a.name(), c.name()))
-                    .collect();
-                let algos = if algos.is_empty() {
+                let algos = if kept.algos.is_empty() {
                     "none (NCCL only)".to_string()
                 } else {
-                    algos.join(", ")
+                    let named = kept
+                        .algos
+                        .iter()
+                        .map(|(c, a)| format!("{} {}", a.name(), c.name()));
+                    crate::format::list(named)
                 };
                 let _ = writeln!(
                     out,

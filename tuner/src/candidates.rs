@@ -18,6 +18,7 @@ use policy::{Algo, TableKey};
 
 use crate::backend::{Backend, BackendError, Repetitions, Validated};
 use crate::evidence::{PointEvidence, PointOrigin};
+use crate::observe::{Observer, RunStatus};
 use crate::stats;
 
 /// Every algorithm measured at one size.
@@ -55,14 +56,7 @@ pub fn measure_point(
     origin: PointOrigin,
     effort: &Effort,
 ) -> Result<PointEvidence, (PointEvidence, BackendError)> {
-    let mut point = PointEvidence {
-        bytes,
-        algo,
-        origin,
-        verified: false,
-        error: None,
-        samples_us: Vec::new(),
-    };
+    let mut point = PointEvidence::new(bytes, algo, origin);
     match backend.validate(key, algo, bytes) {
         Ok(Validated::Yes) => point.verified = true,
         Ok(Validated::Skipped) => {}
@@ -76,6 +70,55 @@ pub fn measure_point(
         return Err((point, e));
     }
     Ok(point)
+}
+
+/// Adds to `cost` (points, seconds) what a first look at each of `sizes` of
+/// `key` measures: every candidate once, with `reps`.
+pub fn add_first_look_cost(
+    cost: &mut (u64, f64),
+    backend: &dyn Backend,
+    key: TableKey,
+    sizes: impl IntoIterator<Item = u64>,
+    reps: Repetitions,
+) {
+    for bytes in sizes {
+        for algo in backend.candidates(key.collective, key.world_size, bytes) {
+            cost.0 += 1;
+            cost.1 += backend.estimated_point_seconds(key, algo, bytes, reps);
+        }
+    }
+}
+
+/// Verifies and times once ([`measure_point`]) every candidate at `bytes`
+/// that `column` does not hold yet, adding each point to it (one whose timing
+/// failed, as far as it got). Stops when the observer asks to, or at the
+/// first failure.
+pub fn first_look(
+    backend: &mut dyn Backend,
+    key: TableKey,
+    (bytes, origin): (u64, PointOrigin),
+    effort: &Effort,
+    column: &mut Column,
+    observer: &mut dyn Observer,
+) -> Result<(), RunStatus> {
+    for algo in backend.candidates(key.collective, key.world_size, bytes) {
+        if observer.should_stop() {
+            return Err(RunStatus::Interrupted);
+        }
+        if column.contains_key(&algo) {
+            continue;
+        }
+        let (point, failure) = match measure_point(backend, key, bytes, algo, origin, effort) {
+            Ok(point) => (point, None),
+            Err((point, e)) => (point, Some(e)),
+        };
+        column.insert(algo, point);
+        if let Some(e) = failure {
+            return Err(RunStatus::failed(key, algo, bytes, &e));
+        }
+        observer.point_done(&key, bytes, algo);
+    }
+    Ok(())
 }
 
 /// Appends one round of samples to a point.

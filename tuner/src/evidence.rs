@@ -127,6 +127,18 @@ pub enum PointOrigin {
 }
 
 impl PointEvidence {
+    /// A point of `algo` at `bytes` not yet verified or timed.
+    pub fn new(bytes: u64, algo: Algo, origin: PointOrigin) -> PointEvidence {
+        PointEvidence {
+            bytes,
+            algo,
+            origin,
+            verified: false,
+            error: None,
+            samples_us: Vec::new(),
+        }
+    }
+
     /// Has samples and did not fail verification: `fit` may choose it.
     pub fn usable(&self) -> bool {
         self.error.is_none() && !self.samples_us.is_empty()
@@ -163,21 +175,6 @@ impl KeyEvidence {
     }
 }
 
-/// Why an evidence file could not be used.
-#[derive(Debug)]
-pub struct EvidenceError {
-    pub path: String,
-    pub message: String,
-}
-
-impl std::fmt::Display for EvidenceError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
-
-impl std::error::Error for EvidenceError {}
-
 impl Evidence {
     /// Every (key, algorithm) with points that failed their check or could not
     /// run, in key order. Such points have no samples, so the fit leaves that
@@ -213,12 +210,10 @@ impl Evidence {
         json_layout::to_string(self, 5)
     }
 
-    /// Parses evidence text; `path` only names the file in errors.
-    pub fn from_json(path: &str, text: &str) -> Result<Evidence, EvidenceError> {
-        let error = |message: String| EvidenceError {
-            path: path.to_string(),
-            message,
-        };
+    /// Parses evidence text; `path` only names the file in the error, which
+    /// says why the text is no evidence (`path: why`).
+    pub fn from_json(path: &str, text: &str) -> Result<Evidence, String> {
+        let error = |message: String| format!("{path}: {message}");
         // Read the version on its own first, so a file from another version
         // gets a clear message instead of a complaint about some field.
         let value: serde_json::Value =
@@ -251,12 +246,11 @@ impl Evidence {
         Ok(evidence)
     }
 
-    pub fn load(path: &Path) -> Result<Evidence, EvidenceError> {
+    /// The evidence file at `path`; the error is as [`Evidence::from_json`]'s.
+    pub fn load(path: &Path) -> Result<Evidence, String> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| EvidenceError {
-            path: name.clone(),
-            message: format!("cannot read: {e}"),
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
         Evidence::from_json(&name, &text)
     }
 
@@ -490,17 +484,17 @@ pub(crate) mod tests {
         let text = sample_evidence().to_json();
         let bad_algo = text.replacen("\"algo\": \"nccl\"", "\"algo\": \"ring\"", 1);
         let err = Evidence::from_json("e.json", &bad_algo).unwrap_err();
-        assert!(err.message.contains("unknown algorithm `ring`"), "{err}");
+        assert!(err.contains("unknown algorithm `ring`"), "{err}");
 
         let mut evidence = sample_evidence();
         evidence.keys[0].points[0].samples_us[1] = -1.0;
         let err = Evidence::from_json("e.json", &evidence.to_json()).unwrap_err();
-        assert!(err.message.contains("sample of -1"), "{err}");
+        assert!(err.contains("sample of -1"), "{err}");
 
         let mut evidence = sample_evidence();
         let dup = evidence.keys[0].points[0].clone();
         evidence.keys[0].points.push(dup);
         let err = Evidence::from_json("e.json", &evidence.to_json()).unwrap_err();
-        assert!(err.message.contains("appears twice"), "{err}");
+        assert!(err.contains("appears twice"), "{err}");
     }
 }

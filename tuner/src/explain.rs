@@ -20,7 +20,7 @@ use crate::budgeted::selected_by;
 use crate::format;
 use crate::memory::Budget;
 use crate::show::source_text;
-use crate::tables::{TableSet, band_of};
+use crate::tables::TableSet;
 
 /// The most ranks of a world that `kernels` builds (`kernels::raw::MAX_WORLD`;
 /// the tuner builds without `kernels` when its `gpu` feature is off, and a
@@ -66,16 +66,9 @@ impl WorldMemory {
     /// when what they select fits.
     pub fn cap(&self, tables: &TableSet, query: Query) -> Option<u64> {
         let (arch, link, world) = (query.arch, query.link, query.key.world_size);
-        let capacities: Vec<policy::CapacityEntry> = Collective::ALL
-            .into_iter()
-            .flat_map(|c| c.algos().iter().map(move |&a| (c, a)))
-            .filter(|(_, a)| a.is_custom())
-            .map(|(collective, algo)| policy::CapacityEntry {
-                collective,
-                algo,
-                capacity: tables.capacity(arch, link, collective, algo),
-            })
-            .collect();
+        let capacities = crate::grid::custom_capacities(|collective, algo| {
+            tables.capacity(arch, link, collective, algo)
+        });
         let bands: Vec<(Collective, &[policy::Band])> = tables
             .platform_for(arch, link)
             .map(|p| p.tables)
@@ -166,7 +159,11 @@ impl Explanation {
         let platform = tables.platform_for(query.arch, query.link);
         let table = platform.and_then(|p| p.table(key));
         let band = table.and_then(|t| {
-            band_of(t.bands, query.bytes).map(|(index, first_byte, last_byte, algo)| BandOf {
+            let ranges = tuned_schema::interpret::band_ranges(t.bands);
+            let within = |&(low, high, _): &(u64, u64, Algo)| (low..=high).contains(&query.bytes);
+            let index = ranges.iter().position(within)?;
+            let (first_byte, last_byte, algo) = ranges[index];
+            Some(BandOf {
                 index,
                 count: t.bands.len(),
                 first_byte,
@@ -183,28 +180,20 @@ impl Explanation {
         // NCCL, or the fused all-reduce + add + RMSNorm's unfused path.
         let fallback = key.collective.fallback();
         let fallback_name = fallback.name();
+        let falls_back = |why: String| (fallback, why);
         let (runs, reason) = if query.bytes == 0 {
-            (
-                fallback,
-                format!(
-                    "a 0-byte call moves nothing: every rank returns at once, runs no kernel and \
-                     reports {fallback_name}"
-                ),
-            )
+            falls_back(format!(
+                "a 0-byte call moves nothing: every rank returns at once, runs no kernel and \
+                 reports {fallback_name}"
+            ))
         } else if world < 2 {
-            (
-                fallback,
-                format!(
-                    "a world of {world} rank has no peer to exchange with, and tables are for 2 ranks or more"
-                ),
-            )
+            falls_back(format!(
+                "a world of {world} rank has no peer to exchange with, and tables are for 2 ranks or more"
+            ))
         } else if world > MAX_WORLD {
-            (
-                fallback,
-                format!(
-                    "kernels builds worlds of at most {MAX_WORLD} ranks; an engine of {world} ranks calls NCCL itself"
-                ),
-            )
+            falls_back(format!(
+                "kernels builds worlds of at most {MAX_WORLD} ranks; an engine of {world} ranks calls NCCL itself"
+            ))
         } else if !chosen.is_custom() {
             let why = match (&forced, table) {
                 (Some(f), _) => format!("{} forces {}", override_text(&f.value), chosen.name()),
@@ -225,24 +214,18 @@ impl Explanation {
                 decline(&call, &Promised(within)),
             ) {
                 (None, None) => (chosen, format!("{} takes the call", chosen.name())),
-                (None, Some(_)) => (
-                    fallback,
-                    format!(
-                        "{} declines it at run time: the memory budget of {} per rank caps \
-                         every capacity of this world at {}, so {fallback_name} runs",
-                        chosen.name(),
-                        format::size(memory.map_or(0, |m| m.budget.bytes)),
-                        format::exact_size(within.max_bytes)
-                    ),
-                ),
-                (Some(why), _) => (
-                    fallback,
-                    format!(
-                        "{} declines it at run time ({}), so {fallback_name} runs",
-                        chosen.name(),
-                        why.describe()
-                    ),
-                ),
+                (None, Some(_)) => falls_back(format!(
+                    "{} declines it at run time: the memory budget of {} per rank caps \
+                     every capacity of this world at {}, so {fallback_name} runs",
+                    chosen.name(),
+                    format::size(memory.map_or(0, |m| m.budget.bytes)),
+                    format::exact_size(within.max_bytes)
+                )),
+                (Some(why), _) => falls_back(format!(
+                    "{} declines it at run time ({}), so {fallback_name} runs",
+                    chosen.name(),
+                    why.describe()
+                )),
             }
         };
         Explanation {
@@ -411,21 +394,21 @@ fn band_range(low: u64, high: u64) -> String {
     }
 }
 
-/// The explanation of `query` against the compiled tables, as text, for a
-/// world with `kernels`' default options where the tuner knows them.
-pub fn explain(query: Query) -> String {
-    let memory = crate::memory::runtime_default().map(|budget| WorldMemory {
-        budget,
-        policy: policy::Policy::none(),
-    });
-    Explanation::new(&TableSet::Compiled, query, None, memory.as_ref()).render()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use policy::{Arch, DType, Link, Mode};
     use proptest::prelude::*;
+
+    /// The explanation of `query` against the compiled tables, as text, for a
+    /// world with `kernels`' default options where the tuner knows them.
+    fn explain(query: Query) -> String {
+        let memory = crate::memory::runtime_default().map(|budget| WorldMemory {
+            budget,
+            policy: policy::Policy::none(),
+        });
+        Explanation::new(&TableSet::Compiled, query, None, memory.as_ref()).render()
+    }
 
     fn sm(major: u8, minor: u8) -> Arch {
         Arch::from_compute_capability(major, minor)

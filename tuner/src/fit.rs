@@ -424,7 +424,11 @@ impl FitResult {
                 "{}: {} sizes, ≥{} samples/point",
                 key.key, key.sizes, key.min_samples
             );
-            let _ = writeln!(out, "  {}", crate::format::bands(&key.bands));
+            let _ = writeln!(
+                out,
+                "  {}",
+                crate::format::bands(&key.bands, crate::format::size)
+            );
             for edge in &key.edges {
                 let _ = writeln!(
                     out,
@@ -454,7 +458,19 @@ impl FitResult {
 mod tests {
     use super::*;
     use crate::evidence::{PointEvidence, PointOrigin};
-    use policy::{Collective, DType, Mode};
+    use policy::{Capacity, Collective, DType, Mode};
+
+    /// A capacity entry of the default alignment.
+    fn capacity(collective: Collective, algo: Algo, max_bytes: u64) -> CapacityEntry {
+        CapacityEntry {
+            collective,
+            algo,
+            capacity: Capacity {
+                max_bytes,
+                align: policy::DEFAULT_ALIGN,
+            },
+        }
+    }
 
     /// Evidence for one all-reduce key from exact medians: each algorithm's
     /// samples are its median ± a tiny deterministic jitter.
@@ -491,7 +507,7 @@ mod tests {
     fn all_custom(max_bytes: u64) -> Vec<CapacityEntry> {
         [Algo::OneShotPush, Algo::OneShotPull, Algo::TwoShotPull]
             .into_iter()
-            .map(|algo| crate::backend::synthetic::capacity(Collective::AllReduce, algo, max_bytes))
+            .map(|algo| capacity(Collective::AllReduce, algo, max_bytes))
             .collect()
     }
 
@@ -628,11 +644,7 @@ mod tests {
             (32, &[(Nccl, 20.0), (Push, 5.0)]),
             (48, &[(Nccl, 20.0), (Push, 5.0)]),
         ];
-        let caps = [crate::backend::synthetic::capacity(
-            Collective::AllReduce,
-            Push,
-            32,
-        )];
+        let caps = [capacity(Collective::AllReduce, Push, 32)];
         assert_eq!(
             bands_of(rows, &caps),
             vec![band(Some(32), Push), band(None, Nccl)]
@@ -651,8 +663,8 @@ mod tests {
             (80, &[(Nccl, 20.0), (Pull, 30.0)]),
         ];
         let caps = [
-            crate::backend::synthetic::capacity(Collective::AllReduce, Push, 32),
-            crate::backend::synthetic::capacity(Collective::AllReduce, Pull, 1 << 20),
+            capacity(Collective::AllReduce, Push, 32),
+            capacity(Collective::AllReduce, Pull, 1 << 20),
         ];
         assert_eq!(
             bands_of(rows, &caps),
@@ -805,7 +817,7 @@ mod tests {
                 .iter()
                 .map(|&algo| {
                     let max = grid[rng.random_range(0..grid.len())];
-                    crate::backend::synthetic::capacity(Collective::AllReduce, algo, max)
+                    capacity(Collective::AllReduce, algo, max)
                 })
                 .collect();
             let mut models = vec![(

@@ -38,8 +38,9 @@ pub fn micros(value: Option<f64>) -> String {
     }
 }
 
-/// `one_shot_push ≤ 32KiB | one_shot_pull ≤ 256KiB | nccl`.
-pub fn bands(bands: &[Band]) -> String {
+/// `one_shot_push ≤ 32KiB | one_shot_pull ≤ 256KiB | nccl`, each edge as
+/// `size` writes it ([`size`], or [`exact_size`] where edges must be exact).
+pub fn bands(bands: &[Band], size: fn(u64) -> String) -> String {
     bands
         .iter()
         .map(|b| match b.max {
@@ -50,11 +51,34 @@ pub fn bands(bands: &[Band]) -> String {
         .join(" | ")
 }
 
+/// `2, 4, 8`: each item as it displays, comma-separated.
+pub fn list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    let items: Vec<String> = items.into_iter().map(|x| x.to_string()).collect();
+    items.join(", ")
+}
+
+/// `tuned_schema`'s diagnostics, each on an indented line of its own: what
+/// follows the `…:` of a message about them.
+pub fn diagnostics(list: &[tuned_schema::Diagnostic]) -> String {
+    list.iter().map(|d| format!("\n  {d}")).collect()
+}
+
 /// A report as `--json` prints it: pretty JSON and a newline.
 pub fn json(report: &impl serde::Serialize) -> String {
     let mut text = serde_json::to_string_pretty(report).expect("reports are plain data");
     text.push('\n');
     text
+}
+
+/// What a run is estimated to take: `estimated 2m 05s`, or for the synthetic
+/// model (`modelled`) the GPU time it models but does not spend.
+pub fn estimate(seconds: f64, modelled: bool) -> String {
+    let estimate = duration(seconds);
+    if modelled {
+        format!("{estimate} of modelled GPU time, which the synthetic model does not spend")
+    } else {
+        format!("estimated {estimate}")
+    }
 }
 
 /// Seconds as `2m 05s` or `41s`.
@@ -95,7 +119,7 @@ mod tests {
                 algo: Algo::Nccl,
             },
         ];
-        assert_eq!(bands(&b), "one_shot_push ≤ 32KiB | nccl");
+        assert_eq!(bands(&b, size), "one_shot_push ≤ 32KiB | nccl");
         assert_eq!(duration(125.0), "2m 05s");
         assert_eq!(duration(41.4), "41s");
     }

@@ -5,7 +5,7 @@
 //! capacity reaches it can take it: 16 bytes for all-reduce, 16 bytes per rank's
 //! share (16·W of output) for all-gather.
 
-use policy::{Algo, CapacityEntry, Collective};
+use policy::{Algo, Capacity, CapacityEntry, Collective};
 
 /// The size granularity of a key: the least common multiple of the alignments of
 /// the custom algorithms that implement `collective`, applied to each rank's
@@ -103,6 +103,23 @@ pub fn candidates(
         }
     }
     algos
+}
+
+/// An entry for every custom algorithm of every collective, in the
+/// vocabulary's order, with the capacity `capacity` gives it.
+pub fn custom_capacities(capacity: impl Fn(Collective, Algo) -> Capacity) -> Vec<CapacityEntry> {
+    let mut entries = Vec::new();
+    for collective in Collective::ALL {
+        for &algo in collective.algos().iter().filter(|a| a.is_custom()) {
+            let capacity = capacity(collective, algo);
+            entries.push(CapacityEntry {
+                collective,
+                algo,
+                capacity,
+            });
+        }
+    }
+    entries
 }
 
 #[cfg(test)]

@@ -14,6 +14,18 @@ use crate::format;
 /// RMSNorm calls the tuner makes unless told otherwise: a Llama-8B's.
 pub const DEFAULT_HIDDEN: usize = 4096;
 
+/// Refuses a hidden size (`--hidden`) the fused kernels do not take.
+pub fn check(hidden: usize) -> Result<(), String> {
+    let (low, high, step) = (policy::HIDDEN_MIN, policy::HIDDEN_MAX, policy::HIDDEN_STEP);
+    if (low..=high).contains(&hidden) && hidden.is_multiple_of(step) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--hidden {hidden}: a row is a multiple of {step} elements in {low}..={high}"
+        ))
+    }
+}
+
 /// One key's crossovers at another hidden size, against the first's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Comparison {
@@ -29,19 +41,15 @@ pub fn crossovers(fit: &KeyFit) -> String {
     if fit.edges.is_empty() {
         return format!("no crossover ({} throughout)", fit.bands[0].algo.name());
     }
-    fit.edges
-        .iter()
-        .map(|e| {
-            format!(
-                "{} → {} between {} and {}",
-                e.below.name(),
-                e.above.name(),
-                format::size(e.last_below),
-                format::size(e.first_above)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    format::list(fit.edges.iter().map(|e| {
+        format!(
+            "{} → {} between {} and {}",
+            e.below.name(),
+            e.above.name(),
+            format::size(e.last_below),
+            format::size(e.first_above)
+        )
+    }))
 }
 
 /// `other` (fitted at `hidden`) against `first`, the same key at the first
@@ -51,8 +59,8 @@ pub fn compare(first: &KeyFit, other: &KeyFit, hidden: usize) -> Comparison {
     let moved = if order(first) != order(other) {
         Some(format!(
             "other bands: {} against {}",
-            format::bands(&other.bands),
-            format::bands(&first.bands)
+            format::bands(&other.bands, format::size),
+            format::bands(&first.bands, format::size)
         ))
     } else {
         first

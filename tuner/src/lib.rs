@@ -38,7 +38,7 @@
 //! let evidence = tuner::evidence::Evidence::load(path).unwrap();
 //! let result = tuner::fit::fit(&evidence, &tuner::fit::FitSettings::default());
 //! let doc = tuner::tuned_file::build_document(&evidence, &result, None, Vec::new());
-//! let toml = tuner::tuned_file::render(&doc);
+//! let toml = tuned_schema::write::to_toml_string(&doc);
 //! assert!(toml.contains("[[table]]"));
 //! ```
 

@@ -53,10 +53,7 @@ fn main() -> ExitCode {
         Command::Fit(args) => commands::fit(args, &mut out),
         // The key lists' own checks (a value named twice, an empty size
         // range), as sweep makes them.
-        Command::Verify(args) => args
-            .keys
-            .check()
-            .and_then(|()| commands::verify(args, &mut out)),
+        Command::Verify(args) => commands::verify(args, &mut out),
         Command::Plot(args) => commands::plot(args, &mut out),
         Command::Show(args) => commands::show(args, &mut out),
         Command::Explain(args) => commands::explain(args, &mut out),

@@ -64,11 +64,6 @@ impl Budget {
             None => capacities.to_vec(),
         })
     }
-
-    /// Whether `capacities` fit as they are.
-    pub fn fits(&self, capacities: &[CapacityEntry], link: Link, world: u32) -> bool {
-        (self.model)(capacities, link, world, None).is_ok_and(|p| p.gpu_bytes <= self.bytes)
-    }
 }
 
 /// Budgets are the same when their bytes are: every model is `kernels`' rule
@@ -223,8 +218,16 @@ pub(crate) mod tests {
         };
         let capped = budget.capped(&caps, Link::NvLink, 2).unwrap();
         assert_eq!(capped[0].capacity.max_bytes, 16 << 20);
-        assert!(!budget.fits(&caps, Link::NvLink, 2));
-        assert!(budget.fits(&capped, Link::NvLink, 2));
+        // What the capacities take without a cap: too much as they were, within
+        // the budget once capped.
+        let fits = |caps: &[CapacityEntry]| {
+            (budget.model)(caps, Link::NvLink, 2, None)
+                .unwrap()
+                .gpu_bytes
+                <= budget.bytes
+        };
+        assert!(!fits(&caps));
+        assert!(fits(&capped));
         assert_eq!(
             capacity_of(&capped, Collective::AllReduce, Algo::TwoShotPull).max_bytes,
             16 << 20

@@ -34,3 +34,10 @@ pub enum RunStatus {
     /// Stopped by a backend error while measuring.
     Failed(String),
 }
+
+impl RunStatus {
+    /// Stopped because measuring `algo` at `bytes` for `key` failed.
+    pub fn failed(key: TableKey, algo: Algo, bytes: u64, error: &impl std::fmt::Display) -> Self {
+        RunStatus::Failed(format!("{key} {} at {bytes} bytes: {error}", algo.name()))
+    }
+}

@@ -54,15 +54,9 @@ fn colour(algo: Algo) -> RGBColor {
     PALETTE[algo as usize % PALETTE.len()]
 }
 
-/// `all_reduce-ws8-bf16-graph.svg`
+/// `all_reduce-ws8-bf16-graph.svg`: the key's name, dashed.
 pub fn file_name(key: &TableKey) -> String {
-    format!(
-        "{}-ws{}-{}-{}.svg",
-        key.collective.name(),
-        key.world_size,
-        key.dtype.name(),
-        key.mode.name()
-    )
+    format!("{}.svg", key.to_string().replace(' ', "-"))
 }
 
 /// What one key's figure shows, in a line for the index page.
@@ -99,22 +93,21 @@ impl KeySummary {
         if self.bands.is_empty() {
             parts.push("no bands shaded".to_string());
         } else {
-            parts.push(format!("bands {}", format::bands(&self.bands)));
+            parts.push(format!(
+                "bands {}",
+                format::bands(&self.bands, format::size)
+            ));
         }
         if !self.crossovers.is_empty() {
-            let list: Vec<String> = self
-                .crossovers
-                .iter()
-                .map(|(at, from, to)| {
-                    format!(
-                        "{} → {} after {}",
-                        from.name(),
-                        to.name(),
-                        format::size(*at)
-                    )
-                })
-                .collect();
-            parts.push(format!("crossovers {}", list.join(", ")));
+            let list = format::list(self.crossovers.iter().map(|(at, from, to)| {
+                format!(
+                    "{} → {} after {}",
+                    from.name(),
+                    to.name(),
+                    format::size(*at)
+                )
+            }));
+            parts.push(format!("crossovers {list}"));
         }
         if let Some(r) = self.regret {
             parts.push(format!(
@@ -185,24 +178,15 @@ fn regret(key: &KeyEvidence, bands: &[Band]) -> Option<Regret> {
     }
     let mut regrets: Vec<(f64, u64)> = Vec::new();
     for (bytes, points) in key.by_size() {
-        let Some(chosen) = tuned_schema::interpret::bands_containing(bands, bytes)
-            .next()
-            .map(|b| b.algo)
-        else {
+        let Some(band) = tuned_schema::interpret::bands_containing(bands, bytes).next() else {
             continue;
         };
-        let median_of = |algo: Algo| {
-            points
-                .iter()
-                .find(|p| p.algo == algo && p.usable())
-                .map(|p| stats::median(&p.samples_us))
-        };
-        let best = points
-            .iter()
-            .filter(|p| p.usable())
-            .map(|p| stats::median(&p.samples_us))
-            .fold(f64::INFINITY, f64::min);
-        if let Some(t) = median_of(chosen)
+        let usable = points.iter().filter(|p| p.usable());
+        let medians: Vec<(Algo, f64)> = usable
+            .map(|p| (p.algo, stats::median(&p.samples_us)))
+            .collect();
+        let best = medians.iter().map(|m| m.1).fold(f64::INFINITY, f64::min);
+        if let Some(&(_, t)) = medians.iter().find(|m| m.0 == band.algo)
             && best.is_finite()
         {
             regrets.push(((t - best) / best, bytes));
@@ -215,8 +199,7 @@ fn regret(key: &KeyEvidence, bands: &[Band]) -> Option<Regret> {
         .iter()
         .copied()
         .fold((f64::NEG_INFINITY, 0), |a, b| if b.0 > a.0 { b } else { a });
-    let mut values: Vec<f64> = regrets.iter().map(|r| r.0).collect();
-    values.sort_by(f64::total_cmp);
+    let values: Vec<f64> = regrets.iter().map(|r| r.0).collect();
     Some(Regret {
         sizes: values.len(),
         median: stats::median(&values),

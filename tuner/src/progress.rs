@@ -61,12 +61,7 @@ impl Observer for Progress {
     fn started(&mut self, points: u64, estimated_seconds: f64) {
         self.bar.set_length(points);
         // Printed even when the bar is hidden: the estimate is for logs too.
-        let estimate = format::duration(estimated_seconds);
-        let estimate = if self.modelled {
-            format!("{estimate} of modelled GPU time, which the synthetic model does not spend")
-        } else {
-            format!("estimated {estimate}")
-        };
+        let estimate = format::estimate(estimated_seconds, self.modelled);
         self.bar.suspend(|| {
             eprintln!(
                 "tuner: measuring {points} points, {estimate} (Ctrl-C stops and keeps what was measured)"

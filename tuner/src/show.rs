@@ -11,21 +11,40 @@ use policy::{PlatformInfo, TableInfo};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::commands::args;
 use crate::format;
 use crate::tables::TableSet;
 
-/// Which tables to show; `None` shows all.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Which tables to show; `None` shows all. `tuner show`'s flags, whose help
+/// the field docs are.
+#[derive(Clone, Debug, Default, PartialEq, clap::Args)]
+#[allow(
+    rustdoc::invalid_html_tags,
+    reason = "the docs are the --help text, where sm<major><minor> is literal"
+)]
 pub struct ShowFilter {
-    /// The file that answers this arch (its own, or the one the fallback rule
-    /// borrows: sm103 is answered by sm100's).
+    /// The file that answers this GPU architecture: sm<major><minor>, e.g.
+    /// sm80, sm90, sm100, sm103 (its own, or the same major's highest minor
+    /// below it)
+    #[arg(long, value_parser = args::arch)]
     pub arch: Option<Arch>,
+    /// Only files for this interconnect: nvlink, pcie or loopback
+    #[arg(long, value_parser = args::link)]
     pub link: Option<Link>,
+    /// Only tables of all_reduce or all_gather
+    #[arg(long, value_parser = args::collective)]
     pub collective: Option<Collective>,
+    /// Only tables for this many ranks, 2 to 1024
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=1024))]
     pub world_size: Option<u32>,
+    /// Only tables of this element type: bf16, f16 or f32
+    #[arg(long, value_parser = args::dtype)]
     pub dtype: Option<DType>,
+    /// Only tables of this mode: graph or eager
+    #[arg(long, value_parser = args::mode)]
     pub mode: Option<Mode>,
-    /// Also print each table's note (how it was measured or where it was read).
+    /// Also print each table's note (how it was measured or where it was read)
+    #[arg(long)]
     pub notes: bool,
 }
 
@@ -108,7 +127,7 @@ pub fn render(tables: &TableSet, filter: &ShowFilter) -> String {
                 out,
                 "  {:width$}  {}",
                 table.key.to_string(),
-                bands_line(table)
+                format::bands(table.bands, format::exact_size)
             );
             let _ = writeln!(out, "  {:width$}  source: {}", "", source_short(table));
             if filter.notes
@@ -193,14 +212,10 @@ fn sources_summary(platform: &PlatformInfo) -> String {
     match counts.as_slice() {
         [] => platform.source.to_string(),
         [(only, _)] => only.to_string(),
-        _ => counts
-            .iter()
-            .map(|(source, n)| {
-                let tables = if *n == 1 { "table" } else { "tables" };
-                format!("{source} ({n} {tables})")
-            })
-            .collect::<Vec<_>>()
-            .join(", "),
+        _ => format::list(counts.iter().map(|(source, n)| {
+            let tables = if *n == 1 { "table" } else { "tables" };
+            format!("{source} ({n} {tables})")
+        })),
     }
 }
 
@@ -234,17 +249,6 @@ fn measured_text(t: &TableInfo) -> String {
         let _ = write!(text, ", evidence {evidence}");
     }
     text
-}
-
-fn bands_line(t: &TableInfo) -> String {
-    t.bands
-        .iter()
-        .map(|b| match b.max {
-            Some(max) => format!("{} ≤ {}", b.algo.name(), format::exact_size(max)),
-            None => b.algo.name().to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(" | ")
 }
 
 #[cfg(test)]

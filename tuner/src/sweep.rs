@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 use policy::{Algo, Collective, DType, Mode, TableKey};
 
-use crate::backend::{Backend, BackendError, Repetitions};
+use crate::backend::{Backend, Repetitions};
 use crate::candidates::{self, Column, Effort};
 use crate::evidence::{
     EVIDENCE_VERSION, Evidence, KeyEvidence, MeasuredPlatform, PointOrigin, SettingsRecord,
@@ -157,7 +157,7 @@ pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan
         if let Some(missing) = settings.world_sizes.iter().find(|w| !available.contains(w)) {
             return Err(format!(
                 "world size {missing} is not available here (available: {})",
-                list(&available)
+                crate::format::list(&available)
             ));
         }
         settings.world_sizes.clone()
@@ -172,8 +172,7 @@ pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan
         ));
     }
     let mut keys = Vec::new();
-    let mut grid_points = 0;
-    let mut estimated_seconds = 0.0;
+    let mut cost = (0, 0.0);
     // World size outermost: a GPU backend builds one world at a time.
     for &world_size in &world_sizes {
         // What the world takes: under a memory budget, the capped capacities.
@@ -189,13 +188,8 @@ pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan
                     };
                     let align = backend.size_step(key);
                     let sizes = key_sizes(&capacities, key, align, settings);
-                    for &bytes in &sizes {
-                        for algo in backend.candidates(collective, world_size, bytes) {
-                            grid_points += 1;
-                            estimated_seconds +=
-                                backend.estimated_point_seconds(key, algo, bytes, settings.reps);
-                        }
-                    }
+                    let grid = sizes.iter().copied();
+                    candidates::add_first_look_cost(&mut cost, backend, key, grid, settings.reps);
                     keys.push(KeyPlan { key, align, sizes });
                 }
             }
@@ -204,8 +198,8 @@ pub fn plan(backend: &dyn Backend, settings: &SweepSettings) -> Result<SweepPlan
     // Bisection and re-measures add roughly a fifth on real hardware.
     Ok(SweepPlan {
         keys,
-        grid_points,
-        estimated_seconds: estimated_seconds * 1.2,
+        grid_points: cost.0,
+        estimated_seconds: cost.1 * 1.2,
     })
 }
 
@@ -230,14 +224,6 @@ fn key_sizes(
     sizes.sort_unstable();
     sizes.dedup();
     sizes
-}
-
-fn list(values: &[u32]) -> String {
-    values
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Runs the sweep. Stops cleanly, keeping every sample measured so far, when
@@ -286,7 +272,6 @@ pub fn sweep(
         observer.key_started(&key_plan.key);
         let mut run = KeyRun {
             backend: &mut *backend,
-            effort: settings.effort(),
             settings,
             key: key_plan.key,
             columns: BTreeMap::new(),
@@ -301,38 +286,30 @@ pub fn sweep(
         if !key_evidence.points.is_empty() {
             evidence.keys.push(key_evidence);
         }
-        match result {
-            Ok(()) => {}
-            Err(Stop::Interrupted) => {
-                status = RunStatus::Interrupted;
-                break;
-            }
-            Err(Stop::Failed(message)) => {
-                status = RunStatus::Failed(message);
-                break;
-            }
+        if let Err(stop) = result {
+            status = stop;
+            break;
         }
     }
     evidence.complete = status == RunStatus::Complete;
     Ok(SweepOutcome { evidence, status })
 }
 
-enum Stop {
-    Interrupted,
-    Failed(String),
-}
-
 /// The measuring of one key.
 struct KeyRun<'a> {
     backend: &'a mut dyn Backend,
-    effort: Effort,
     settings: &'a SweepSettings,
     key: TableKey,
     columns: BTreeMap<u64, Column>,
 }
 
 impl KeyRun<'_> {
-    fn measure_key(&mut self, plan: &KeyPlan, observer: &mut dyn Observer) -> Result<(), Stop> {
+    /// The grid, then the probes; `Err` says why the key stopped short.
+    fn measure_key(
+        &mut self,
+        plan: &KeyPlan,
+        observer: &mut dyn Observer,
+    ) -> Result<(), RunStatus> {
         for &bytes in &plan.sizes {
             self.measure_size(bytes, PointOrigin::Grid, observer)?;
         }
@@ -350,71 +327,20 @@ impl KeyRun<'_> {
         bytes: u64,
         origin: PointOrigin,
         observer: &mut dyn Observer,
-    ) -> Result<(), Stop> {
-        let candidates = self
-            .backend
-            .candidates(self.key.collective, self.key.world_size, bytes);
-        for algo in candidates {
-            if observer.should_stop() {
-                return Err(Stop::Interrupted);
-            }
-            if self
-                .columns
-                .get(&bytes)
-                .is_some_and(|c| c.contains_key(&algo))
-            {
-                continue;
-            }
-            let result = candidates::measure_point(
-                &mut *self.backend,
-                self.key,
-                bytes,
-                algo,
-                origin,
-                &self.effort,
-            );
-            let (point, failure) = match result {
-                Ok(point) => (point, None),
-                Err((point, e)) => (point, Some(e)),
-            };
-            self.columns.entry(bytes).or_default().insert(algo, point);
-            if let Some(e) = failure {
-                return Err(self.failed(bytes, algo, &e));
-            }
-            observer.point_done(&self.key, bytes, algo);
-        }
+    ) -> Result<(), RunStatus> {
+        let (backend, key, effort) = (&mut *self.backend, self.key, self.settings.effort());
+        let column = self.columns.entry(bytes).or_default();
+        candidates::first_look(backend, key, (bytes, origin), &effort, column, observer)?;
         if observer.should_stop() {
-            return Err(Stop::Interrupted);
+            return Err(RunStatus::Interrupted);
         }
         let rounds = match origin {
             PointOrigin::Grid => self.settings.max_remeasure_rounds,
             PointOrigin::Bisect => self.settings.max_probe_rounds,
         };
-        let column = self.columns.entry(bytes).or_default();
-        let settled =
-            candidates::settle(&mut *self.backend, self.key, column, rounds, &self.effort);
-        settled
+        candidates::settle(backend, key, column, rounds, &effort)
             .map(|_| ())
-            .map_err(|(algo, e)| self.failed(bytes, algo, &e))
-    }
-
-    fn failed(&self, bytes: u64, algo: Algo, error: &BackendError) -> Stop {
-        Stop::Failed(format!(
-            "{} {} at {bytes} bytes: {error}",
-            self.key,
-            algo.name()
-        ))
-    }
-
-    fn column(&self, bytes: u64) -> Option<&Column> {
-        self.columns.get(&bytes)
-    }
-
-    fn samples(&self, bytes: u64, algo: Algo) -> &[f64] {
-        self.column(bytes)
-            .and_then(|c| c.get(&algo))
-            .map(|p| p.samples_us.as_slice())
-            .unwrap_or(&[])
+            .map_err(|(algo, e)| RunStatus::failed(key, algo, bytes, &e))
     }
 
     /// The two algorithms to probe between: the fastest at `low` and the
@@ -422,28 +348,26 @@ impl KeyRun<'_> {
     /// interval of their ratio does not lie within the margin at both (then
     /// every edge between the two sizes costs less).
     fn winner_changes(&self, low: u64, high: u64) -> Option<(Algo, Algo)> {
-        let below = candidates::fastest(self.column(low)?)?;
-        let above = candidates::fastest(self.column(high)?)?;
+        let (at_low, at_high) = (self.columns.get(&low)?, self.columns.get(&high)?);
+        let below = candidates::fastest(at_low)?;
+        let above = candidates::fastest(at_high)?;
         if below == above {
             return None;
         }
-        let both_run = |bytes| {
-            let m = candidates::medians(self.column(bytes).expect("measured above"));
+        let both_run = |c: &Column| {
+            let m = candidates::medians(c);
             m.contains_key(&below) && m.contains_key(&above)
         };
-        if !both_run(low) || !both_run(high) {
+        if !both_run(at_low) || !both_run(at_high) {
             return None;
         }
         let margin = self.settings.margin;
-        let tie = |bytes| {
-            stats::ratio(
-                self.samples(bytes, below),
-                self.samples(bytes, above),
-                self.settings.confidence,
-            )
-            .is_some_and(|r| r.low >= 1.0 - margin && r.high <= 1.0 / (1.0 - margin))
+        let tie = |c: &Column| {
+            let (b, a) = (&c[&below].samples_us, &c[&above].samples_us);
+            stats::ratio(b, a, self.settings.confidence)
+                .is_some_and(|r| r.low >= 1.0 - margin && r.high <= 1.0 / (1.0 - margin))
         };
-        (!(tie(low) && tie(high))).then_some((below, above))
+        (!(tie(at_low) && tie(at_high))).then_some((below, above))
     }
 
     /// Probes the geometric midpoint of `low` and `high` while the fastest
@@ -457,7 +381,7 @@ impl KeyRun<'_> {
         align: u64,
         budget: &mut u32,
         observer: &mut dyn Observer,
-    ) -> Result<(), Stop> {
+    ) -> Result<(), RunStatus> {
         if *budget == 0 || high as f64 / low as f64 - 1.0 <= self.settings.bisect_resolution {
             return Ok(());
         }

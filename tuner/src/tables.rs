@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use policy::{Algo, Arch, Band, Capacity, CapacityEntry, Collective, Link, Query};
+use policy::{Algo, Arch, Capacity, CapacityEntry, Collective, Link, Query};
 use policy::{PlatformInfo, TableInfo};
 use tuned_schema::validate::parse_document;
 use tuned_schema::{Document, interpret};
@@ -112,22 +112,12 @@ impl TableSet {
     }
 }
 
-/// The band holding `bytes`: its index, its first and last size, its algorithm.
-pub fn band_of(bands: &[Band], bytes: u64) -> Option<(usize, u64, u64, Algo)> {
-    interpret::band_ranges(bands)
-        .into_iter()
-        .enumerate()
-        .find(|(_, (low, high, _))| *low <= bytes && bytes <= *high)
-        .map(|(i, (low, high, algo))| (i, low, high, algo))
-}
-
+/// Why the tables at `shown` cannot be used.
 fn refused(shown: &str, diagnostics: &[tuned_schema::Diagnostic]) -> String {
-    let mut message = format!("{shown} would not compile into policy:");
-    for d in diagnostics {
-        message.push_str("\n  ");
-        message.push_str(&d.to_string());
-    }
-    message
+    format!(
+        "{shown} would not compile into policy:{}",
+        crate::format::diagnostics(diagnostics)
+    )
 }
 
 fn leak(text: String) -> &'static str {

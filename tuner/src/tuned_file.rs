@@ -11,12 +11,13 @@ use std::path::{Component, Path, PathBuf};
 use policy::{Arch, Link, TableKey};
 use serde::Serialize;
 use tuned_schema::merge::{Merged, merge};
+use tuned_schema::size::format_size;
 use tuned_schema::validate::parse_document;
 use tuned_schema::write::to_toml_string;
 use tuned_schema::{Assertion, Diagnostic, Document, Platform, Provenance, Source, Table};
 
 use crate::evidence::{Evidence, FailedChecks};
-use crate::fit::{FitResult, FitSettings, KeyFit};
+use crate::fit::{FitResult, KeyFit};
 use crate::tuned_folder::{check_folder, check_in_folder, folder_of};
 
 /// `sm90-nvlink`: the stem of a platform's TOML and evidence files.
@@ -70,12 +71,7 @@ pub fn build_document(
         capacities: platform
             .capacities
             .iter()
-            .filter(|c| {
-                evidence
-                    .keys
-                    .iter()
-                    .any(|k| k.key().collective == c.collective)
-            })
+            .filter(|c| evidence.keys.iter().any(|k| k.collective == c.collective))
             .cloned()
             .collect(),
         tables: fit
@@ -86,12 +82,7 @@ pub fn build_document(
                 // The file's `[platform]` names the measurement; a merge into a
                 // file with other sources makes it explicit (`tuned_schema::merge`).
                 source: None,
-                note: Some(table_note(
-                    key,
-                    &fit.settings,
-                    &platform.tuner_version,
-                    fit.memory_budget,
-                )),
+                note: Some(table_note(key, fit, &platform.tuner_version)),
                 bands: key.bands.clone(),
             })
             .collect(),
@@ -112,29 +103,16 @@ pub fn source_of(evidence: &Evidence) -> Source {
 
 /// How a table was measured, for the reviewer reading the TOML: with the
 /// memory budget per rank it was fitted for, if any.
-fn table_note(
-    key: &KeyFit,
-    settings: &FitSettings,
-    tuner_version: &str,
-    memory_budget: Option<u64>,
-) -> String {
-    let budget = memory_budget.map_or(String::new(), |b| {
-        format!(
-            ", memory budget {} per rank",
-            tuned_schema::size::format_size(b)
-        )
+fn table_note(key: &KeyFit, fit: &FitResult, tuner_version: &str) -> String {
+    let budget = fit.memory_budget.map_or(String::new(), |b| {
+        format!(", memory budget {} per rank", format_size(b))
     });
     format!(
         "measured by tuner v{tuner_version}: {} sizes, at least {} samples/point, noise margin {}%{budget}",
         key.sizes,
         key.min_samples,
-        (settings.margin * 1000.0).round() / 10.0
+        (fit.settings.margin * 1000.0).round() / 10.0
     )
-}
-
-/// The canonical text of `doc`.
-pub fn render(doc: &Document) -> String {
-    to_toml_string(doc)
 }
 
 /// The file at `path`, if there is one: a fit merges into it (its other
@@ -152,20 +130,18 @@ pub fn existing_document(path: &Path) -> Result<Option<Document>, Vec<Diagnostic
 }
 
 /// What a merge did, in a few lines for the person who will review the diff.
-pub fn merge_summary(merged: &Merged, path: &Path) -> String {
+pub fn merge_summary(merged: &Merged, path: &str) -> String {
     use std::fmt::Write as _;
     let doc = &merged.document;
     let mut out = format!(
-        "merged into {}: replaced {} table(s), added {}, kept {}; kept {} [[assert]](s)\n",
-        path.display(),
+        "merged into {path}: replaced {} table(s), added {}, kept {}; kept {} [[assert]](s)\n",
         merged.replaced.len(),
         merged.added.len(),
         merged.kept.len(),
         doc.asserts.len()
     );
     if !merged.kept.is_empty() {
-        let kept: Vec<String> = merged.kept.iter().map(|k| k.to_string()).collect();
-        let _ = writeln!(out, "  kept: {}", kept.join(", "));
+        let _ = writeln!(out, "  kept: {}", crate::format::list(&merged.kept));
     }
     if !merged.platform_replaced {
         let _ = writeln!(
@@ -194,11 +170,12 @@ fn capacity_text(max_bytes: u64, align: u64) -> String {
 }
 
 /// Tables that describe no GPU platform: `synthetic` (the seeded latency
-/// model's) or `loopback` (every rank on one GPU). `None` for a real sweep.
-pub fn test_kind(evidence: &Evidence) -> Option<&'static str> {
-    if source_of(evidence) == Source::Synthetic {
+/// model's, from the backend so named) or `loopback` (every rank on one GPU).
+/// `None` for a real sweep.
+pub fn test_kind(backend: &str, link: Link) -> Option<&'static str> {
+    if backend == "synthetic" {
         Some("synthetic")
-    } else if evidence.platform.link == Link::Loopback {
+    } else if link == Link::Loopback {
         Some("loopback")
     } else {
         None
@@ -290,7 +267,7 @@ pub fn write_fitted(
             toml_path.display()
         )
     })?;
-    let text = render(&doc);
+    let text = to_toml_string(&doc);
     std::fs::create_dir_all(folder)
         .map_err(|e| format!("cannot create folder {}: {e}", folder.display()))?;
     let write = |path: &Path, text: &str| {
@@ -412,8 +389,6 @@ pub struct FitReport<'a> {
     pub fit: &'a FitResult,
     pub merge: Option<&'a Merged>,
     pub failed_checks: Vec<FailedChecks>,
-    #[serde(skip)]
-    toml_path: &'a Path,
 }
 
 /// The platform of a [`FitReport`].
@@ -442,7 +417,6 @@ impl<'a> FitReport<'a> {
             fit,
             merge: written.merged.as_ref(),
             failed_checks: evidence.failed_checks(),
-            toml_path,
         }
     }
 
@@ -451,7 +425,7 @@ impl<'a> FitReport<'a> {
     pub fn render(&self) -> String {
         let mut out = self.fit.report();
         if let Some(merged) = self.merge {
-            out.push_str(&merge_summary(merged, self.toml_path));
+            out.push_str(&merge_summary(merged, &self.toml));
         }
         for failed in &self.failed_checks {
             out.push_str(&failed.warning());

@@ -9,6 +9,7 @@ use policy::{Arch, Link};
 use tuned_schema::validate::validate_documents;
 use tuned_schema::{Diagnostic, Document, Source};
 
+use crate::format::diagnostics;
 use crate::tuned_file::existing_document;
 
 /// Runs every check the proc-macro runs on `doc` as it would sit in `folder`,
@@ -20,7 +21,7 @@ pub fn check_in_folder(doc: &Document, folder: &Path, replacing: &Path) -> Resul
     for sibling in siblings(folder, replacing) {
         docs.push(sibling.usable_for(doc.platform.arch, doc.platform.link)?);
     }
-    validate_documents(&docs).map_err(|d| diagnostics_text(&d))
+    validate_documents(&docs).map_err(|d| diagnostics(&d))
 }
 
 /// What stands in the way of writing `<arch>-<link>` tables to `toml_path`,
@@ -44,7 +45,7 @@ pub fn check_folder(toml_path: &Path, arch: Arch, link: Link) -> Result<Option<D
         format!(
             "cannot merge into {}, which does not parse (fix or move it first):{}",
             toml_path.display(),
-            diagnostics_text(&d)
+            diagnostics(&d)
         )
     })
 }
@@ -76,26 +77,18 @@ pub fn check_test_destination(kind: &str, toml_path: &Path) -> Result<(), String
             "policy compiles every *.toml there into the tables engines run".to_string(),
         );
     }
-    if folder.file_name().is_some_and(|n| n == "tuned")
-        && folder
-            .parent()
-            .is_some_and(|p| p.join("Cargo.toml").is_file())
-    {
+    let crate_dir = folder
+        .parent()
+        .filter(|crate_dir| folder.ends_with("tuned") && crate_dir.join("Cargo.toml").is_file());
+    if let Some(crate_dir) = crate_dir {
         return refuse(format!(
             "it is the tuned/ folder of the crate in {}, which include_tuned!(\"tuned\") compiles",
-            folder
-                .parent()
-                .map_or(String::new(), |p| p.display().to_string())
+            crate_dir.display()
         ));
     }
     let real: Vec<String> = toml_paths(folder)
         .into_iter()
-        .filter(|path| {
-            existing_document(path)
-                .ok()
-                .flatten()
-                .is_some_and(|doc| holds_real_tables(&doc))
-        })
+        .filter(|path| matches!(existing_document(path), Ok(Some(doc)) if holds_real_tables(&doc)))
         .map(|path| path.display().to_string())
         .collect();
     if !real.is_empty() {
@@ -148,7 +141,7 @@ impl Sibling {
             format!(
                 "{} does not parse, and policy-macros compiles every *.toml of a folder, so the folder would not build; fix or move it:{}",
                 self.path.display(),
-                diagnostics_text(&d)
+                diagnostics(&d)
             )
         })?;
         if (doc.platform.arch, doc.platform.link) == (arch, link) {
@@ -167,17 +160,10 @@ fn siblings(folder: &Path, replacing: &Path) -> Vec<Sibling> {
     toml_paths(folder)
         .into_iter()
         .filter(|path| !same_file(path, replacing))
-        .filter_map(|path| match existing_document(&path) {
-            Ok(Some(doc)) => Some(Sibling {
-                path,
-                parsed: Ok(doc),
-            }),
-            // Gone since the folder was listed.
-            Ok(None) => None,
-            Err(d) => Some(Sibling {
-                path,
-                parsed: Err(d),
-            }),
+        // None: gone since the folder was listed.
+        .filter_map(|path| {
+            let parsed = existing_document(&path).transpose()?;
+            Some(Sibling { path, parsed })
         })
         .collect()
 }
@@ -193,11 +179,6 @@ fn toml_paths(folder: &Path) -> Vec<PathBuf> {
         .collect();
     paths.sort();
     paths
-}
-
-/// Diagnostics as indented lines under a message.
-fn diagnostics_text(list: &[Diagnostic]) -> String {
-    list.iter().map(|d| format!("\n  {d}")).collect()
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

@@ -166,20 +166,30 @@ pub struct SizeRegret {
     pub rounds: u32,
 }
 
-impl SizeRegret {
-    /// The regret in µs (chosen − rival, never negative).
-    pub fn regret_us(&self) -> f64 {
-        self.rival_us
-            .map_or(0.0, |rival| (self.chosen_us - rival).max(0.0))
-    }
-}
-
 /// An estimate with its interval.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Estimate {
     pub value: f64,
     pub low: f64,
     pub high: f64,
+}
+
+/// `1.50% [0.20%, 3.10%]`: the estimate and its interval.
+impl std::fmt::Display for Estimate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} [{}, {}]",
+            pct(self.value),
+            pct(self.low),
+            pct(self.high)
+        )
+    }
+}
+
+/// A fraction as a percentage with two decimals: `1.50%`.
+fn pct(x: f64) -> String {
+    format!("{:.2}%", x * 100.0)
 }
 
 /// The regrets of one kind of size of one key.
@@ -343,11 +353,6 @@ impl VerifyReport {
             Verdict::Inconclusive
         })
     }
-
-    /// Every verified key passed and the run was complete.
-    pub fn pass(&self) -> bool {
-        self.verdict() == Some(Verdict::Pass)
-    }
 }
 
 /// One table's work: its sizes and their kinds.
@@ -389,38 +394,34 @@ pub fn verify(
             continue;
         }
         selected += 1;
-        if !available.contains(&k.world_size) {
-            skipped.push(Skipped {
-                key: k,
-                reason: format!(
-                    "world size {} is not available here (available: {})",
-                    k.world_size,
-                    list(&available)
-                ),
-            });
+        let sizes = key_sizes(table, backend.size_step(k), settings);
+        let reason = if !available.contains(&k.world_size) {
+            format!(
+                "world size {} is not available here (available: {})",
+                k.world_size,
+                crate::format::list(&available)
+            )
+        } else if sizes.is_empty() {
+            format!(
+                "no held-out size between {} and {}",
+                crate::format::size(settings.min_bytes),
+                crate::format::size(settings.max_bytes)
+            )
+        } else {
+            work.push(KeyWork { key: k, sizes });
             continue;
-        }
-        let align = grid::lcm(
-            grid::alignment(&platform.capacities, k.collective, k.world_size),
-            backend.row_bytes(k).max(1),
-        );
-        let sizes = key_sizes(table, align, settings);
-        if sizes.is_empty() {
-            skipped.push(Skipped {
-                key: k,
-                reason: format!(
-                    "no held-out size between {} and {}",
-                    crate::format::size(settings.min_bytes),
-                    crate::format::size(settings.max_bytes)
-                ),
-            });
-            continue;
-        }
-        work.push(KeyWork { key: k, sizes });
+        };
+        skipped.push(Skipped { key: k, reason });
     }
     if !work.is_empty() {
-        let (points, seconds) = estimate(backend, &work, settings);
-        observer.started(points, seconds);
+        // The first look at every size; interleaved rounds come on top where
+        // they are needed.
+        let mut cost = (0, 0.0);
+        for KeyWork { key, sizes } in &work {
+            let sizes = sizes.iter().map(|&(bytes, _)| bytes);
+            candidates::add_first_look_cost(&mut cost, backend, *key, sizes, settings.effort.reps);
+        }
+        observer.started(cost.0, cost.1);
     }
 
     let docs = std::slice::from_ref(doc);
@@ -441,10 +442,7 @@ pub fn verify(
                 spreads: &mut spreads,
             };
             match judge.judge(bytes, kind, &mut wrong) {
-                Ok(SizeOutcome::Regret(r)) => regrets.push(r),
-                Ok(SizeOutcome::WrongResult(algo, error)) => {
-                    wrong.push(WrongResult { bytes, algo, error })
-                }
+                Ok(regret) => regrets.extend(regret),
                 Err(stop) => {
                     // What this key measured so far still counts.
                     if !regrets.is_empty() || !wrong.is_empty() {
@@ -482,50 +480,47 @@ fn nothing_judged(
     }
     if selected == 0 {
         // Per filter given: what was asked for, and what the file has.
-        fn names<T: Ord + Copy>(values: impl Iterator<Item = T>, name: fn(T) -> String) -> String {
+        fn names<T: Ord + Copy, S: std::fmt::Display>(
+            values: impl Iterator<Item = T>,
+            name: impl Fn(T) -> S,
+        ) -> String {
             let mut v: Vec<T> = values.collect();
             v.sort();
             v.dedup();
-            let v: Vec<String> = v.into_iter().map(name).collect();
-            v.join(", ")
+            crate::format::list(v.into_iter().map(name))
         }
-        let tables = || doc.tables.iter().map(|t| t.key);
-        let mut asked = Vec::new();
-        let mut has = Vec::new();
-        if !settings.world_sizes.is_empty() {
-            asked.push(format!("--world-sizes {}", list(&settings.world_sizes)));
-            has.push(format!(
-                "world sizes {}",
-                names(tables().map(|k| k.world_size), |w| w.to_string())
-            ));
-        }
-        if !settings.collectives.is_empty() {
-            let name = |c: Collective| c.name().to_string();
-            asked.push(format!(
-                "--collectives {}",
-                names(settings.collectives.iter().copied(), name)
-            ));
-            has.push(format!(
-                "collectives {}",
-                names(tables().map(|k| k.collective), name)
-            ));
-        }
-        if !settings.dtypes.is_empty() {
-            let name = |d: DType| d.name().to_string();
-            asked.push(format!(
-                "--dtypes {}",
-                names(settings.dtypes.iter().copied(), name)
-            ));
-            has.push(format!("dtypes {}", names(tables().map(|k| k.dtype), name)));
-        }
-        if !settings.modes.is_empty() {
-            let name = |m: Mode| m.name().to_string();
-            asked.push(format!(
-                "--modes {}",
-                names(settings.modes.iter().copied(), name)
-            ));
-            has.push(format!("modes {}", names(tables().map(|k| k.mode), name)));
-        }
+        let (mut asked, mut has) = (Vec::new(), Vec::new());
+        let mut filter = |flag: &str, chosen: String, what: &str, of_tables: String| {
+            if !chosen.is_empty() {
+                asked.push(format!("{flag} {chosen}"));
+                has.push(format!("{what} {of_tables}"));
+            }
+        };
+        let keys = || doc.tables.iter().map(|t| t.key);
+        filter(
+            "--world-sizes",
+            crate::format::list(&settings.world_sizes),
+            "world sizes",
+            names(keys().map(|k| k.world_size), |w| w),
+        );
+        filter(
+            "--collectives",
+            names(settings.collectives.iter().copied(), Collective::name),
+            "collectives",
+            names(keys().map(|k| k.collective), Collective::name),
+        );
+        filter(
+            "--dtypes",
+            names(settings.dtypes.iter().copied(), DType::name),
+            "dtypes",
+            names(keys().map(|k| k.dtype), DType::name),
+        );
+        filter(
+            "--modes",
+            names(settings.modes.iter().copied(), Mode::name),
+            "modes",
+            names(keys().map(|k| k.mode), Mode::name),
+        );
         return format!(
             "no table of the file matches {} (its tables have {})",
             asked.join(" "),
@@ -536,11 +531,6 @@ fn nothing_judged(
         "every selected table was skipped ({} listed above)",
         skipped.len()
     )
-}
-
-fn list(values: &[u32]) -> String {
-    let v: Vec<String> = values.iter().map(u32::to_string).collect();
-    v.join(", ")
 }
 
 /// A table's spread sizes and edge sizes in the range, each once (an edge
@@ -590,29 +580,6 @@ fn edge_size(edge: u64, offset: f64, align: u64) -> Option<u64> {
     (bytes > 0 && on_its_side).then_some(bytes)
 }
 
-/// Points of the first look (every candidate once), and seconds, over all
-/// sizes; the interleaved rounds come on top where they are needed.
-fn estimate(backend: &dyn Backend, work: &[KeyWork], settings: &VerifySettings) -> (u64, f64) {
-    let mut points = 0;
-    let mut seconds = 0.0;
-    for KeyWork { key, sizes } in work {
-        for &(bytes, _) in sizes {
-            for algo in backend.candidates(key.collective, key.world_size, bytes) {
-                points += 1;
-                seconds += backend.estimated_point_seconds(*key, algo, bytes, settings.effort.reps);
-            }
-        }
-    }
-    (points, seconds)
-}
-
-/// What one size showed.
-enum SizeOutcome {
-    Regret(SizeRegret),
-    /// The file's choice failed verification here.
-    WrongResult(Algo, String),
-}
-
 /// The measuring of one size of one key.
 struct SizeJudge<'a> {
     backend: &'a mut dyn Backend,
@@ -625,19 +592,28 @@ struct SizeJudge<'a> {
 }
 
 impl SizeJudge<'_> {
-    /// Measures one size. A candidate other than the file's choice that gives
-    /// a wrong result is added to `wrong` (the regret there is judged without
-    /// it, so the key cannot pass: with NCCL, the baseline, left out, a table
-    /// could look perfect against custom kernels alone).
+    /// Measures one size: the file's choice against its rival, or `None`
+    /// when the choice gave a wrong result. Every candidate that gives a wrong
+    /// result is added to `wrong`; one other than the choice is left out of
+    /// the regret, so the key cannot pass (with NCCL, the baseline, left out,
+    /// a table could look perfect against custom kernels alone).
     fn judge(
         &mut self,
         bytes: u64,
         kind: SizeKind,
         wrong: &mut Vec<WrongResult>,
-    ) -> Result<SizeOutcome, RunStatus> {
+    ) -> Result<Option<SizeRegret>, RunStatus> {
         let key = self.key;
         let chosen = effective_choice(&*self.backend, self.docs, key, bytes);
-        let mut column = self.first_look(bytes)?;
+        let mut column = Column::new();
+        candidates::first_look(
+            &mut *self.backend,
+            key,
+            (bytes, PointOrigin::Grid),
+            &self.settings.effort,
+            &mut column,
+            &mut *self.observer,
+        )?;
         for (&algo, point) in &column {
             if algo != chosen
                 && let Some(error) = &point.error
@@ -650,10 +626,13 @@ impl SizeJudge<'_> {
             }
         }
         if let Some(point) = column.get(&chosen).filter(|p| !p.usable()) {
-            return Ok(SizeOutcome::WrongResult(
-                chosen,
-                point.error.clone().unwrap_or_default(),
-            ));
+            let error = point.error.clone().unwrap_or_default();
+            wrong.push(WrongResult {
+                bytes,
+                algo: chosen,
+                error,
+            });
+            return Ok(None);
         }
         let effort = &self.settings.effort;
         candidates::settle(
@@ -663,72 +642,31 @@ impl SizeJudge<'_> {
             effort.max_remeasure_rounds,
             effort,
         )
-        .map_err(|(algo, e)| failed(key, algo, bytes, &e))?;
+        .map_err(|(algo, e)| RunStatus::failed(key, algo, bytes, &e))?;
         self.note_spreads(&column);
         let rival = candidates::medians(&column)
             .into_iter()
             .filter(|&(algo, _)| algo != chosen)
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(algo, _)| algo);
+        let confidence = self.settings.effort.confidence;
+        let first = regret_of(&column, kind, chosen, rival, confidence);
         let Some(rival) = rival else {
-            let chosen_us = candidates::medians(&column)[&chosen];
-            return Ok(SizeOutcome::Regret(SizeRegret {
-                bytes,
-                kind,
-                chosen,
-                rival: None,
-                chosen_us,
-                rival_us: None,
-                regret: 0.0,
-                low: 0.0,
-                high: 0.0,
-                rounds: 0,
-            }));
+            return Ok(Some(first));
         };
-        let first = regret_of(&column, chosen, rival, self.settings.effort.confidence);
         let ratio = stats::ratio(
             &column[&chosen].samples_us,
             &column[&rival].samples_us,
-            self.settings.effort.confidence,
+            confidence,
         )
         .expect("both ran");
         // The first look decides only when it shows the choice faster than
         // its rival by more than the worst limit, with confidence: one round
         // each, and one slow round of the rival could hide a regret up to there.
         if ratio.high * (1.0 + self.settings.max_worst_regret) <= 1.0 {
-            return Ok(SizeOutcome::Regret(SizeRegret {
-                bytes,
-                kind,
-                ..first
-            }));
+            return Ok(Some(first));
         }
-        self.interleaved(bytes, kind, chosen, rival)
-    }
-
-    /// Every candidate verified and timed once.
-    fn first_look(&mut self, bytes: u64) -> Result<Column, RunStatus> {
-        let key = self.key;
-        let mut column = Column::new();
-        for algo in self
-            .backend
-            .candidates(key.collective, key.world_size, bytes)
-        {
-            if self.observer.should_stop() {
-                return Err(RunStatus::Interrupted);
-            }
-            let point = candidates::measure_point(
-                &mut *self.backend,
-                key,
-                bytes,
-                algo,
-                PointOrigin::Grid,
-                &self.settings.effort,
-            )
-            .map_err(|(_, e)| failed(key, algo, bytes, &e))?;
-            column.insert(algo, point);
-            self.observer.point_done(&key, bytes, algo);
-        }
-        Ok(column)
+        self.interleaved(bytes, kind, chosen, rival).map(Some)
     }
 
     /// The choice and its rival from scratch, in interleaved rounds, until
@@ -740,60 +678,42 @@ impl SizeJudge<'_> {
         kind: SizeKind,
         chosen: Algo,
         rival: Algo,
-    ) -> Result<SizeOutcome, RunStatus> {
+    ) -> Result<SizeRegret, RunStatus> {
         let key = self.key;
         let settings = self.settings;
         self.observer.points_added(2);
+        let both = [chosen, rival];
         let mut column = Column::new();
-        for algo in [chosen, rival] {
-            column.insert(
-                algo,
-                PointEvidence {
-                    bytes,
-                    algo,
-                    origin: PointOrigin::Grid,
-                    verified: true,
-                    error: None,
-                    samples_us: Vec::new(),
-                },
-            );
+        for algo in both {
+            let mut point = PointEvidence::new(bytes, algo, PointOrigin::Grid);
+            point.verified = true;
+            column.insert(algo, point);
         }
         let rounds = settings.max_rounds.max(1);
         let min_rounds = settings.min_rounds.min(rounds);
+        let (reps, confidence) = (settings.effort.reps, settings.effort.confidence);
         let mut done = 0;
-        let mut regret = None;
-        while done < rounds {
+        let regret = loop {
             if self.observer.should_stop() {
                 return Err(RunStatus::Interrupted);
             }
-            candidates::interleaved_round(
-                &mut *self.backend,
-                key,
-                &mut column,
-                &[chosen, rival],
-                done,
-                settings.effort.reps,
-            )
-            .map_err(|(algo, e)| failed(key, algo, bytes, &e))?;
+            candidates::interleaved_round(&mut *self.backend, key, &mut column, &both, done, reps)
+                .map_err(|(algo, e)| RunStatus::failed(key, algo, bytes, &e))?;
             done += 1;
-            let r = regret_of(&column, chosen, rival, settings.effort.confidence);
-            let clear = clear_of_limits(&r, kind, settings);
-            regret = Some(r);
-            if done >= min_rounds && clear {
-                break;
+            let regret = regret_of(&column, kind, chosen, Some(rival), confidence);
+            let clear = done >= min_rounds && clear_of_limits(&regret, kind, settings);
+            if clear || done == rounds {
+                break regret;
             }
-        }
-        for algo in [chosen, rival] {
+        };
+        for algo in both {
             self.observer.point_done(&key, bytes, algo);
         }
         self.note_spreads(&column);
-        let regret = regret.expect("at least one round");
-        Ok(SizeOutcome::Regret(SizeRegret {
-            bytes,
-            kind,
+        Ok(SizeRegret {
             rounds: done,
             ..regret
-        }))
+        })
     }
 
     fn note_spreads(&mut self, column: &Column) {
@@ -803,31 +723,33 @@ impl SizeJudge<'_> {
     }
 }
 
-fn failed(
-    key: TableKey,
-    algo: Algo,
-    bytes: u64,
-    error: &crate::backend::BackendError,
-) -> RunStatus {
-    RunStatus::Failed(format!("{} {} at {bytes} bytes: {error}", key, algo.name()))
-}
-
-/// The regret of `chosen` against `rival` from the samples in `column`, as a
-/// spread size with no interleaved rounds (the caller fills those in).
-fn regret_of(column: &Column, chosen: Algo, rival: Algo, confidence: f64) -> SizeRegret {
-    let (c, r) = (&column[&chosen], &column[&rival]);
+/// The regret at a size of `kind` of `chosen` against `rival` (none where
+/// nothing else runs: no regret) from the samples in `column`, with no
+/// interleaved rounds (the caller fills those in).
+fn regret_of(
+    column: &Column,
+    kind: SizeKind,
+    chosen: Algo,
+    rival: Option<Algo>,
+    confidence: f64,
+) -> SizeRegret {
+    let c = &column[&chosen];
     let medians = candidates::medians(column);
-    let ratio = stats::ratio(&c.samples_us, &r.samples_us, confidence).expect("both have samples");
+    let ratio = rival.map(|rival| {
+        stats::ratio(&c.samples_us, &column[&rival].samples_us, confidence)
+            .expect("both have samples")
+    });
+    let excess = |x: f64| (x - 1.0).max(0.0);
     SizeRegret {
         bytes: c.bytes,
-        kind: SizeKind::Spread,
+        kind,
         chosen,
-        rival: Some(rival),
+        rival,
         chosen_us: medians[&chosen],
-        rival_us: Some(medians[&rival]),
-        regret: (ratio.ratio - 1.0).max(0.0),
-        low: (ratio.low - 1.0).max(0.0),
-        high: (ratio.high - 1.0).max(0.0),
+        rival_us: rival.map(|rival| medians[&rival]),
+        regret: ratio.map_or(0.0, |r| excess(r.ratio)),
+        low: ratio.map_or(0.0, |r| excess(r.low)),
+        high: ratio.map_or(0.0, |r| excess(r.high)),
         rounds: 0,
     }
 }
@@ -867,14 +789,9 @@ fn summarize(
     let edges = RegretSummary::worst_of(sizes.iter().filter(|s| s.kind.is_edge()));
     let worst = RegretSummary::worst_of(sizes.iter()).worst;
     let (verdict, reason) = if let Some(wrong) = wrong_results.first() {
-        (
-            Verdict::Fail,
-            format!(
-                "{} gave a wrong result at {}",
-                wrong.algo.name(),
-                crate::format::size(wrong.bytes)
-            ),
-        )
+        let at = crate::format::size(wrong.bytes);
+        let reason = format!("{} gave a wrong result at {at}", wrong.algo.name());
+        (Verdict::Fail, reason)
     } else {
         let worst = worst.expect("a judged key has sizes");
         let mut judged = vec![against("worst", worst, settings.max_worst_regret)];
@@ -900,26 +817,19 @@ fn summarize(
 
 /// How one regret estimate stands against its limit, and why.
 fn against(name: &str, e: Estimate, limit: f64) -> (Verdict, String) {
-    let pct = |x: f64| format!("{:.2}%", x * 100.0);
-    let figures = format!(
-        "{name} regret {}, interval {}–{},",
-        pct(e.value),
-        pct(e.low),
-        pct(e.high)
-    );
-    if e.low > limit {
-        (
-            Verdict::Fail,
-            format!("{figures} above the {} limit", pct(limit)),
-        )
+    let (verdict, stands) = if e.low > limit {
+        (Verdict::Fail, "above")
     } else if e.high <= limit {
-        (Verdict::Pass, String::new())
+        return (Verdict::Pass, String::new());
     } else {
-        (
-            Verdict::Inconclusive,
-            format!("{figures} straddles the {} limit", pct(limit)),
-        )
-    }
+        (Verdict::Inconclusive, "straddles")
+    };
+    let (value, low, high) = (pct(e.value), pct(e.low), pct(e.high));
+    let figures = format!("{name} regret {value}, interval {low}–{high},");
+    (
+        verdict,
+        format!("{figures} {stands} the {} limit", pct(limit)),
+    )
 }
 
 impl VerifyReport {
@@ -929,7 +839,6 @@ impl VerifyReport {
     pub fn render(&self) -> String {
         use crate::format::{micros, size};
         use std::fmt::Write;
-        let pct = |x: f64| format!("{:.2}%", x * 100.0);
         let mut out = String::new();
         if let Some(noise) = &self.noise {
             let _ = writeln!(
@@ -950,25 +859,16 @@ impl VerifyReport {
             if let (Some(median), Some(worst)) = (key.spread.median, key.spread.worst) {
                 let _ = writeln!(
                     out,
-                    "  {} spread sizes: regret median {} [{}, {}], worst {} [{}, {}]{}",
+                    "  {} spread sizes: regret median {median}, worst {worst}{}",
                     key.spread.sizes,
-                    pct(median.value),
-                    pct(median.low),
-                    pct(median.high),
-                    pct(worst.value),
-                    pct(worst.low),
-                    pct(worst.high),
                     at(key.spread.worst_at, worst.value)
                 );
             }
             if let Some(worst) = key.edges.worst {
                 let _ = writeln!(
                     out,
-                    "  {} edge sizes: regret worst {} [{}, {}]{}",
+                    "  {} edge sizes: regret worst {worst}{}",
                     key.edges.sizes,
-                    pct(worst.value),
-                    pct(worst.low),
-                    pct(worst.high),
                     at(key.edges.worst_at, worst.value)
                 );
             }
@@ -980,18 +880,20 @@ impl VerifyReport {
                     1 => ", 1 interleaved round".to_string(),
                     n => format!(", {n} interleaved rounds"),
                 };
+                let regret = Estimate {
+                    value: s.regret,
+                    low: s.low,
+                    high: s.high,
+                };
                 let _ = writeln!(
                     out,
-                    "  at {}{}: chose {} {}, {} {}: +{} [{}, {}]{rounds}",
+                    "  at {}{}: chose {} {}, {} {}: +{regret}{rounds}",
                     size(s.bytes),
                     where_(s.kind),
                     s.chosen.name(),
                     micros(Some(s.chosen_us)),
                     s.rival.map_or("-", |r| r.name()),
                     micros(s.rival_us),
-                    pct(s.regret),
-                    pct(s.low),
-                    pct(s.high),
                 );
             }
             for wrong in &key.wrong_results {
@@ -1337,7 +1239,7 @@ mod tests {
             seen: Default::default(),
         };
         let report = verify(&mut transient, &doc, &settings, &mut Quiet).unwrap();
-        assert!(report.pass(), "{}", report.render());
+        assert_eq!(report.verdict(), Some(Verdict::Pass), "{}", report.render());
         let key = &report.keys[0];
         assert!(
             key.sizes
@@ -1368,7 +1270,7 @@ mod tests {
         let (mut doc, settings) = fitted_document(SyntheticConfig::planted(0.02, 4));
         let mut backend = SyntheticBackend::new(SyntheticConfig::planted(0.02, 4));
         let report = verify(&mut backend, &doc, &settings, &mut Quiet).unwrap();
-        assert!(report.pass(), "{}", report.render());
+        assert_eq!(report.verdict(), Some(Verdict::Pass), "{}", report.render());
         assert!(report.keys[0].edges.sizes >= 8, "{}", report.render());
         let noise = report.noise.unwrap();
         assert!(
@@ -1438,7 +1340,7 @@ mod tests {
             &mut Quiet,
         )
         .unwrap();
-        assert!(report.pass(), "{}", report.render());
+        assert_eq!(report.verdict(), Some(Verdict::Pass), "{}", report.render());
         // The drift matters at this time scale: blocks of 8 rounds of the
         // same algorithm disagree by more than the worst limit.
         let mut backend = SyntheticBackend::new(drifting());

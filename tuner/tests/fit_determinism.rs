@@ -6,13 +6,14 @@ mod common;
 
 use std::process::Command;
 
+use tuned_schema::write::to_toml_string;
 use tuner::evidence::Evidence;
 use tuner::fit::{FitSettings, fit};
-use tuner::tuned_file::{build_document, render};
+use tuner::tuned_file::build_document;
 
 fn toml_of(evidence: &Evidence) -> String {
     let result = fit(evidence, &FitSettings::default());
-    render(&build_document(
+    to_toml_string(&build_document(
         evidence,
         &result,
         Some("x.evidence.json"),

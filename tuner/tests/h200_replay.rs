@@ -98,8 +98,14 @@ fn the_world_size_2_sweep_stays_within_three_minutes_and_finds_the_same_bands() 
             .bands;
         let (mean, sizes) = difference(&replay, fitted.key, before, &fitted.bands);
         println!("{}", fitted.key);
-        println!("  committed {}", tuner::format::bands(before));
-        println!("  replayed  {}", tuner::format::bands(&fitted.bands));
+        println!(
+            "  committed {}",
+            tuner::format::bands(before, tuner::format::size)
+        );
+        println!(
+            "  replayed  {}",
+            tuner::format::bands(&fitted.bands, tuner::format::size)
+        );
         println!(
             "  {sizes} recorded sizes choose differently, at {:+.2}% on average",
             mean * 100.0

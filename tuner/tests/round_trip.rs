@@ -9,9 +9,10 @@ mod common;
 
 use tuned_schema::folder::load_folder;
 use tuned_schema::interpret;
+use tuned_schema::write::to_toml_string;
 use tuner::commands::{self, Exit, FitArgs, FitCommandArgs};
 use tuner::fit::{FitSettings, fit};
-use tuner::tuned_file::{build_document, render, toml_file_name};
+use tuner::tuned_file::{build_document, toml_file_name};
 
 fn fit_args(evidence: &std::path::Path, out: &std::path::Path) -> FitCommandArgs {
     FitCommandArgs {
@@ -41,7 +42,7 @@ fn written_files_load_validate_and_select_the_fitted_bands() {
     let dir = common::scratch("round-trip");
     common::write(
         &dir.join(toml_file_name(doc.platform.arch, doc.platform.link)),
-        &render(&doc),
+        &to_toml_string(&doc),
     );
 
     let loaded = load_folder(&dir, "tuned").unwrap_or_else(|d| panic!("{d:?}"));

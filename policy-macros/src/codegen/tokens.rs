@@ -6,11 +6,6 @@ use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 use tuned_schema::{Algo, Arch, Capacity, Collective, DType, Link, Mode, Query, TableKey};
 
-pub fn algo(a: Algo) -> TokenStream {
-    let variant = quote::format_ident!("{}", a.variant());
-    quote!(::policy::Algo::#variant)
-}
-
 /// `::policy::<Type>::<Variant>` for a fieldless vocabulary value: its
 /// derived `Debug` is its variant's identifier, so new variants need nothing
 /// here.
@@ -20,6 +15,10 @@ fn variant(ty: &str, value: impl std::fmt::Debug) -> TokenStream {
         quote::format_ident!("{value:?}"),
     );
     quote!(::policy::#ty::#variant)
+}
+
+pub fn algo(a: Algo) -> TokenStream {
+    variant("Algo", a)
 }
 
 pub fn collective(c: Collective) -> TokenStream {

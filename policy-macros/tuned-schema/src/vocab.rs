@@ -309,14 +309,6 @@ macro_rules! algorithms {
                 }
             }
 
-            /// The variant's identifier (`OneShotPush`), which generated code
-            /// names as `::policy::Algo::OneShotPush`.
-            pub const fn variant(self) -> &'static str {
-                match self {
-                    $(Algo::$variant => stringify!($variant),)+
-                }
-            }
-
             /// Whether it is NCCL's plain collective, NCCL on a window, or a
             /// custom kernel.
             pub const fn kind(self) -> AlgoKind {

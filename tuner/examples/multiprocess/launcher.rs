@@ -3,14 +3,13 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::DirBuilderExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaContext;
 
-use crate::worker::{remove_dir, scratch_dir};
 use crate::{Cli, Gpus, JoinBy, code, env};
 
 /// A line from a worker, with when it arrived.
@@ -38,16 +37,8 @@ fn launch(cli: &Cli) -> Result<u8, String> {
             kernels::raw::MAX_WORLD
         ));
     }
-    if let Some(k) = cli.kill_rank.filter(|&k| k >= world) {
-        return Err(format!(
-            "--kill-rank {k} is not a rank of a world of {world}"
-        ));
-    }
-    if let Some(r) = cli.fail_window_alloc.filter(|&r| r >= world) {
-        return Err(format!(
-            "--fail-window-alloc {r} is not a rank of a world of {world}"
-        ));
-    }
+    rank_of(world, "--kill-rank", cli.kill_rank)?;
+    rank_of(world, "--fail-window-alloc", cli.fail_window_alloc)?;
     check_profiling_flags(cli, world)?;
     kernels::raw::require_driver().map_err(|e| e.to_string())?;
     let gpus = CudaContext::device_count().map_err(|e| format!("counting GPUs: {e:?}"))? as usize;
@@ -107,8 +98,17 @@ fn launch(cli: &Cli) -> Result<u8, String> {
         }
     );
     let outcome = supervise(cli, world, one_per_gpu, join, &dir);
-    remove_dir(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
     outcome
+}
+
+/// The launcher's scratch directory for one run.
+fn scratch_dir() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    std::env::temp_dir().join(format!("colltune-mp-{}-{nanos}", std::process::id()))
 }
 
 fn supervise(
@@ -207,9 +207,18 @@ fn supervise(
     let verdict = if let Some(killed) = cli.kill_rank {
         judge_kill(cli, killed, &exits, left_at, &lines)
     } else if cli.mismatch.is_some() {
-        judge_mismatch(&codes, &lines)
+        let mismatch = (code::MISMATCH, "mismatch");
+        let what = "the dtype in their error";
+        judge_refusal(&codes, &lines, mismatch, &["disagree on dtype"], what).map(|()| {
+            "expected outcome: every rank refused the world, naming dtype and both values".into()
+        })
     } else if cli.split_hosts && join == "files" {
-        judge_split_without_nccl(&codes, &lines)
+        // Custom kernels cannot cross hosts, and only NCCL could run the calls.
+        let words = ["through another host", "has no NCCL"];
+        let what = "the other host and the missing NCCL";
+        judge_refusal(&codes, &lines, (code::ERROR, "error"), &words, what).map(|()| {
+            "expected outcome: every rank refused a world across hosts without NCCL".into()
+        })
     } else {
         judge_results(cli, &codes, &lines)
     };
@@ -237,33 +246,23 @@ fn judge_results(cli: &Cli, codes: &[i32], lines: &[Line]) -> Result<String, Str
     if let Some(r) = codes.iter().position(|&c| c != 0) {
         return Err(format!("rank {r} exited with {}", codes[r]));
     }
-    let field = |text: &str, name: &str| {
-        text.split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{name}=")).map(str::to_string))
-    };
     // key -> rank -> (ran, exact, hash)
-    let mut results: BTreeMap<String, BTreeMap<usize, (String, String, String)>> = BTreeMap::new();
+    let mut results: BTreeMap<&str, BTreeMap<usize, (&str, &str, &str)>> = BTreeMap::new();
     for line in lines {
         let (key, rest) = if let Some(rest) = line.text.strip_prefix("CASE ") {
-            let mut words = rest.splitn(2, ' ');
-            (
-                words.next().unwrap_or("").to_string(),
-                words.next().unwrap_or(""),
-            )
+            rest.split_once(' ').unwrap_or((rest, ""))
         } else if let Some(rest) = line.text.strip_prefix("SUMMARY ") {
-            ("summary".to_string(), rest)
+            ("summary", rest)
         } else {
             continue;
         };
-        let ran = field(rest, "ran")
-            .or_else(|| field(rest, "algos"))
-            .unwrap_or_default();
-        let exact = field(rest, "exact").unwrap_or_else(|| "1".into());
+        let ran = field(rest, "ran").or_else(|| field(rest, "algos"));
+        let exact = field(rest, "exact").unwrap_or("1");
         let hash = field(rest, "hash").unwrap_or_default();
         results
             .entry(key)
             .or_default()
-            .insert(line.rank, (ran, exact, hash));
+            .insert(line.rank, (ran.unwrap_or_default(), exact, hash));
     }
     let world = codes.len();
     let mut compared = 0;
@@ -289,7 +288,7 @@ fn judge_results(cli: &Cli, codes: &[i32], lines: &[Line]) -> Result<String, Str
                 ));
             }
         }
-        compared += (key != "summary" && first.1 == "1") as usize;
+        compared += (*key != "summary" && first.1 == "1") as usize;
     }
     Ok(if cli.matrix {
         format!(
@@ -308,28 +307,30 @@ fn judge_results(cli: &Cli, codes: &[i32], lines: &[Line]) -> Result<String, Str
     })
 }
 
+/// The value of `name=value` among a line's words.
+fn field<'t>(text: &'t str, name: &str) -> Option<&'t str> {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+}
+
 /// The soak's one machine-readable line: total replays per rank, the slowest
 /// rank's replay time and rate, failures (wrong windows on any rank, plus one
 /// if the ranks disagree or a rank failed), and the launcher's wall time.
 fn soak_line(cli: &Cli, lines: &[Line], passed: bool, wall: Duration) -> String {
-    let field = |text: &str, name: &str| -> Option<f64> {
-        text.split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{name}=")))
-            .and_then(|v| v.parse().ok())
-    };
+    let number = |text: &str, name: &str| -> Option<f64> { field(text, name)?.parse().ok() };
     let summaries: Vec<&str> = lines
         .iter()
         .filter_map(|l| l.text.strip_prefix("SUMMARY "))
         .collect();
     let replays = summaries
         .iter()
-        .filter_map(|s| field(s, "replays"))
+        .filter_map(|s| number(s, "replays"))
         .fold(f64::INFINITY, f64::min);
     let seconds = summaries
         .iter()
-        .filter_map(|s| field(s, "seconds"))
+        .filter_map(|s| number(s, "seconds"))
         .fold(0.0, f64::max);
-    let mut failures: f64 = summaries.iter().filter_map(|s| field(s, "failures")).sum();
+    let mut failures: f64 = summaries.iter().filter_map(|s| number(s, "failures")).sum();
     let complete = summaries.len() == cli.world_size && replays.is_finite();
     if !passed || !complete {
         failures += 1.0;
@@ -406,54 +407,30 @@ fn judge_kill(
     ))
 }
 
-/// Every rank refused to form the world, naming the mismatched field.
-fn judge_mismatch(codes: &[i32], lines: &[Line]) -> Result<String, String> {
-    if let Some(r) = codes.iter().position(|&c| c != code::MISMATCH as i32) {
+/// Every rank refused the world: exited with `code` (the `code_name` code)
+/// and said so in an `ERROR` line holding every one of `words`, which name
+/// `what` the refusal was about.
+fn judge_refusal(
+    codes: &[i32],
+    lines: &[Line],
+    (code, code_name): (u8, &str),
+    words: &[&str],
+    what: &str,
+) -> Result<(), String> {
+    if let Some(r) = codes.iter().position(|&c| c != code as i32) {
         return Err(format!(
-            "rank {r} exited with {}, not the mismatch code {}",
-            codes[r],
-            code::MISMATCH
+            "rank {r} exited with {}, not the {code_name} code {code}",
+            codes[r]
         ));
     }
     let named = lines
         .iter()
-        .filter(|l| l.text.starts_with("ERROR ") && l.text.contains("disagree on dtype"))
+        .filter(|l| l.text.starts_with("ERROR ") && words.iter().all(|w| l.text.contains(w)))
         .count();
     if named != codes.len() {
-        return Err(format!(
-            "{named} of {} ranks named the dtype in their error",
-            codes.len()
-        ));
+        return Err(format!("{named} of {} ranks named {what}", codes.len()));
     }
-    Ok("expected outcome: every rank refused the world, naming dtype and both values".into())
-}
-
-/// A world across "hosts" joined without NCCL: every rank refused it,
-/// naming the other host and the missing NCCL (custom kernels cannot cross
-/// hosts, and only NCCL could run its calls).
-fn judge_split_without_nccl(codes: &[i32], lines: &[Line]) -> Result<String, String> {
-    if let Some(r) = codes.iter().position(|&c| c != code::ERROR as i32) {
-        return Err(format!(
-            "rank {r} exited with {}, not the error code {}",
-            codes[r],
-            code::ERROR
-        ));
-    }
-    let named = lines
-        .iter()
-        .filter(|l| {
-            l.text.starts_with("ERROR ")
-                && l.text.contains("through another host")
-                && l.text.contains("has no NCCL")
-        })
-        .count();
-    if named != codes.len() {
-        return Err(format!(
-            "{named} of {} ranks named the other host and the missing NCCL",
-            codes.len()
-        ));
-    }
-    Ok("expected outcome: every rank refused a world across hosts without NCCL".into())
+    Ok(())
 }
 
 /// Most elements `--elements` takes: 512 MiB of bf16 per rank, already more
@@ -465,11 +442,7 @@ fn check_profiling_flags(cli: &Cli, world: usize) -> Result<(), String> {
     if let Some(n) = cli.elements.filter(|&n| n == 0 || n > MAX_ELEMENTS) {
         return Err(format!("--elements {n}: 1..={MAX_ELEMENTS}"));
     }
-    if let Some(r) = cli.wrap_rank.filter(|&r| r >= world) {
-        return Err(format!(
-            "--wrap-rank {r} is not a rank of a world of {world}"
-        ));
-    }
+    rank_of(world, "--wrap-rank", cli.wrap_rank)?;
     if cli
         .wrap_with
         .as_deref()
@@ -478,6 +451,14 @@ fn check_profiling_flags(cli: &Cli, world: usize) -> Result<(), String> {
         return Err("--wrap-with is empty: give the command that runs the worker".into());
     }
     Ok(())
+}
+
+/// Refuses a `flag` naming a rank the world does not have.
+fn rank_of(world: usize, flag: &str, rank: Option<usize>) -> Result<(), String> {
+    match rank {
+        Some(r) if r >= world => Err(format!("{flag} {r} is not a rank of a world of {world}")),
+        _ => Ok(()),
+    }
 }
 
 /// The command line `--wrap-with` gives for `rank`, if it is the `--wrap-rank`.

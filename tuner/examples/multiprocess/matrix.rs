@@ -6,24 +6,17 @@
 //! three elements (not a multiple of 16 bytes: custom kernels decline and the
 //! fallback runs, which must be right too).
 
-use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use kernels::{Element, Error, RankComm, Select};
-use policy::{Algo, Collective, DType};
+use policy::{Algo, Collective, DType, Mode};
 use tuner::harness::timing::poison;
-use tuner::harness::validation::{check_all_gather, check_all_reduce_of, random_inputs};
+use tuner::harness::validation::random_inputs;
 
-use crate::worker::{Failure, exact, hash_of};
+use crate::worker::{Failure, check, hash_of, issue, print_case};
 use crate::{Cli, code};
 
 const BYTES_PER_RANK: [usize; 3] = [16, 4112, 65_536];
 const ODD_ELEMENTS: usize = 3;
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Issue {
-    Eager,
-    Graph,
-}
 
 /// Runs the matrix; the exit code says whether every case was right here
 /// (identity across ranks is the launcher's check).
@@ -31,10 +24,10 @@ pub fn run(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
     let mut failed = 0;
     let mut cases = 0;
     for collective in [Collective::AllReduce, Collective::AllGather] {
-        let algos = collective.algos();
-        for &algo in algos {
-            for dtype in [DType::Bf16, DType::F16, DType::F32] {
-                for issue in [Issue::Eager, Issue::Graph] {
+        for &algo in collective.algos() {
+            for dtype in DType::ALL {
+                // Issued eagerly, or captured into a graph and replayed.
+                for mode in [Mode::Eager, Mode::Graph] {
                     let lengths = BYTES_PER_RANK
                         .iter()
                         .map(|b| b / dtype.size_bytes() as usize)
@@ -45,11 +38,7 @@ pub fn run(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
                             collective.name(),
                             algo.name(),
                             dtype.name(),
-                            if issue == Issue::Eager {
-                                "eager"
-                            } else {
-                                "graph"
-                            },
+                            mode.name(),
                             n * dtype.size_bytes() as usize
                         );
                         let seed = (cases * 1000 + k) as u64;
@@ -57,7 +46,7 @@ pub fn run(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
                             collective,
                             how: Select::Force(algo),
                             n,
-                            issue,
+                            mode,
                             seed,
                             replays: cli.replays,
                         };
@@ -68,18 +57,9 @@ pub fn run(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
                         };
                         cases += 1;
                         match outcome {
-                            Ok((ran, hash)) => println!(
-                                "CASE {id} ran={} exact={} hash={hash:016x}",
-                                ran.name(),
-                                exact(comm, ran) as u8
-                            ),
+                            Ok((ran, hash)) => print_case(comm, &id, ran, hash),
                             // A device timeout leaves the world out of step: stop.
-                            Err(CaseError::Fatal(e)) => {
-                                return Err(Failure {
-                                    message: format!("{id}: {e}"),
-                                    ..Failure::from(e)
-                                });
-                            }
+                            Err(CaseError::Fatal(e)) => return Err(Failure::at(id, e)),
                             Err(CaseError::Wrong(why)) => {
                                 failed += 1;
                                 println!("CASE {id} FAIL {why}");
@@ -103,7 +83,7 @@ struct Case {
     how: Select,
     /// Elements each rank contributes.
     n: usize,
-    issue: Issue,
+    mode: Mode,
     seed: u64,
     replays: usize,
 }
@@ -127,39 +107,15 @@ impl From<cudarc::driver::DriverError> for CaseError {
     }
 }
 
-fn issue<T: Element>(
-    comm: &RankComm,
-    case: &Case,
-    input: &CudaSlice<T>,
-    output: &mut CudaSlice<T>,
-) -> kernels::Result<Algo> {
-    match case.collective {
-        Collective::AllReduce => {
-            comm.all_reduce(&input.as_view(), &mut output.as_view_mut(), case.how)
-        }
-        Collective::AllGather => {
-            comm.all_gather(&input.as_view(), &mut output.as_view_mut(), case.how)
-        }
-        Collective::AllReduceAddRmsNorm => Err(kernels::Error::Unsupported(
-            "this example makes no fused all_reduce_add_rmsnorm calls".into(),
-        )),
-    }
-}
-
 fn verify<T: Element>(
+    comm: &RankComm,
     case: &Case,
     inputs: &[Vec<T>],
     result: &[T],
     ran: Algo,
-    nccl_across_gpus: bool,
 ) -> Result<(), CaseError> {
-    let pushed = ran == Algo::OneShotPush;
-    match case.collective {
-        Collective::AllReduce => check_all_reduce_of(ran, nccl_across_gpus, inputs, result),
-        Collective::AllGather => check_all_gather(inputs, result, pushed),
-        Collective::AllReduceAddRmsNorm => Err("no fused calls here".into()),
-    }
-    .map_err(|e| CaseError::Wrong(format!("{} ran: {e}", ran.name())))
+    check(comm, case.collective, ran, inputs, result)
+        .map_err(|e| CaseError::Wrong(format!("{} ran: {e}", ran.name())))
 }
 
 /// One case on this rank: the result's hash (both runs, for a graph).
@@ -171,11 +127,11 @@ fn run_case<T: Element>(comm: &mut RankComm, case: &Case) -> Result<(Algo, u64),
     let mut input = stream.clone_htod(&inputs[rank])?;
     let mut output = stream.alloc_zeros::<T>(out_len)?;
     poison(&stream, &mut output)?;
-    if case.issue == Issue::Eager {
-        let ran = issue(comm, case, &input, &mut output)?;
+    if case.mode == Mode::Eager {
+        let ran = issue(comm, case.collective, &input, &mut output, case.how)?;
         comm.check()?;
         let result = stream.clone_dtoh(&output)?;
-        verify(case, &inputs, &result, ran, !exact(comm, ran))?;
+        verify(comm, case, &inputs, &result, ran)?;
         return Ok((ran, hash_of(&result)));
     }
 
@@ -183,7 +139,7 @@ fn run_case<T: Element>(comm: &mut RankComm, case: &Case) -> Result<(Algo, u64),
     // buffers, so replays need no host work and see new data in place.
     let mut ran = None;
     let graph = comm.capture(|c| {
-        ran = Some(issue(c, case, &input, &mut output)?);
+        ran = Some(issue(c, case.collective, &input, &mut output, case.how)?);
         Ok(())
     })?;
     let ran = ran.expect("the capture issued the call");
@@ -192,7 +148,7 @@ fn run_case<T: Element>(comm: &mut RankComm, case: &Case) -> Result<(Algo, u64),
     }
     comm.check()?;
     let first = stream.clone_dtoh(&output)?;
-    verify(case, &inputs, &first, ran, !exact(comm, ran))?;
+    verify(comm, case, &inputs, &first, ran)?;
 
     let second_inputs = random_inputs::<T>(world, case.n, case.seed.wrapping_add(1));
     stream.memcpy_htod(&second_inputs[rank], &mut input)?;
@@ -200,7 +156,7 @@ fn run_case<T: Element>(comm: &mut RankComm, case: &Case) -> Result<(Algo, u64),
     graph.launch()?;
     comm.check()?;
     let second = stream.clone_dtoh(&output)?;
-    verify(case, &second_inputs, &second, ran, !exact(comm, ran)).map_err(|e| match e {
+    verify(comm, case, &second_inputs, &second, ran).map_err(|e| match e {
         CaseError::Wrong(why) => CaseError::Wrong(format!("replay on new inputs: {why}")),
         fatal => fatal,
     })?;

@@ -22,16 +22,15 @@
 //! The rank's `SUMMARY` line carries replays, seconds and failures; the launcher
 //! prints one machine-readable `soak:` line for the run.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaEvent, CudaSlice};
 use kernels::{Element, RankComm, Select};
 use policy::{Algo, Collective, Mode};
 use tuner::harness::timing::poison;
-use tuner::harness::validation::{check_all_gather, check_all_reduce_of, random_inputs};
+use tuner::harness::validation::random_inputs;
 
-use crate::worker::{Failure, exact, hash_of, leave};
+use crate::worker::{Failure, algo_counts, check, hash_of, issue, leave, print_case};
 use crate::{Cli, code, watch};
 
 /// One collective of the captured graph.
@@ -56,6 +55,7 @@ const FORCED: [u64; 5] = [64 << 10, 32 << 10, 16 << 10, 4 << 10, 1 << 10];
 /// call forced to each algorithm the policy did not pick.
 fn plan<T: Element>(comm: &RankComm) -> Vec<Call> {
     let world = comm.world_size() as u64;
+    let world_size = world as u32;
     let size = std::mem::size_of::<T>() as u64;
     let dtype = T::DTYPE;
     let mut calls = Vec::new();
@@ -69,26 +69,12 @@ fn plan<T: Element>(comm: &RankComm) -> Vec<Call> {
             label: format!("{}-{}-{}B", collective.name(), tag, out_bytes),
         });
     };
-    for bytes in POLICY_ALL_REDUCE {
-        let choice = comm.policy_choice(Collective::AllReduce, dtype, Mode::Graph, bytes);
-        picked.push((Collective::AllReduce, choice));
-        push(
-            Collective::AllReduce,
-            Select::Policy(Mode::Graph),
-            bytes,
-            "policy",
-        );
-    }
-    for per_rank in POLICY_ALL_GATHER {
-        let bytes = per_rank * world;
-        let choice = comm.policy_choice(Collective::AllGather, dtype, Mode::Graph, bytes);
-        picked.push((Collective::AllGather, choice));
-        push(
-            Collective::AllGather,
-            Select::Policy(Mode::Graph),
-            bytes,
-            "policy",
-        );
+    let all_reduces = POLICY_ALL_REDUCE.map(|bytes| (Collective::AllReduce, bytes));
+    let all_gathers = POLICY_ALL_GATHER.map(|per_rank| (Collective::AllGather, per_rank * world));
+    for (collective, bytes) in all_reduces.into_iter().chain(all_gathers) {
+        let choice = comm.policy_choice(collective, dtype, Mode::Graph, bytes);
+        picked.push((collective, choice));
+        push(collective, Select::Policy(Mode::Graph), bytes, "policy");
     }
     // The fused all-reduce + add + RMSNorm has its own suite (gpu_fused.rs).
     for collective in [Collective::AllReduce, Collective::AllGather] {
@@ -96,29 +82,22 @@ fn plan<T: Element>(comm: &RankComm) -> Vec<Call> {
             if picked.contains(&(collective, algo)) {
                 continue;
             }
-            let fits = |bytes: u64| {
-                !algo.is_custom()
-                    || comm.capacity(collective, algo).accepts_message(
-                        collective,
-                        world as u32,
-                        bytes,
-                    )
+            let capacity = comm.capacity(collective, algo);
+            let fits = |bytes| {
+                !algo.is_custom() || capacity.accepts_message(collective, world_size, bytes)
             };
             let bytes = FORCED
                 .iter()
                 .map(|b| b - b % (world * 16))
                 .find(|&b| b > 0 && fits(b));
-            match bytes {
-                Some(bytes) => push(collective, Select::Force(algo), bytes, algo.name()),
-                None => {
-                    if comm.rank() == 0 {
-                        println!(
-                            "soak: {} {} takes none of the sizes tried; it is not in the graph",
-                            collective.name(),
-                            algo.name()
-                        );
-                    }
-                }
+            if let Some(bytes) = bytes {
+                push(collective, Select::Force(algo), bytes, algo.name());
+            } else if comm.rank() == 0 {
+                println!(
+                    "soak: {} {} takes none of the sizes tried; it is not in the graph",
+                    collective.name(),
+                    algo.name()
+                );
             }
         }
     }
@@ -129,20 +108,6 @@ fn plan<T: Element>(comm: &RankComm) -> Vec<Call> {
 struct Buffers<T> {
     input: CudaSlice<T>,
     output: CudaSlice<T>,
-}
-
-fn issue<T: Element>(comm: &RankComm, call: &Call, b: &mut Buffers<T>) -> kernels::Result<Algo> {
-    match call.collective {
-        Collective::AllReduce => {
-            comm.all_reduce(&b.input.as_view(), &mut b.output.as_view_mut(), call.how)
-        }
-        Collective::AllGather => {
-            comm.all_gather(&b.input.as_view(), &mut b.output.as_view_mut(), call.how)
-        }
-        Collective::AllReduceAddRmsNorm => Err(kernels::Error::Unsupported(
-            "the soak makes no fused all_reduce_add_rmsnorm calls".into(),
-        )),
-    }
 }
 
 fn seed_of(window: usize, call: usize) -> u64 {
@@ -174,20 +139,22 @@ pub fn run<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
     let mut ran = Vec::with_capacity(calls.len());
     let graph = comm.capture(|c| {
         for (call, b) in calls.iter().zip(buffers.iter_mut()) {
-            ran.push(issue(c, call, b)?);
+            ran.push(issue(
+                c,
+                call.collective,
+                &b.input,
+                &mut b.output,
+                call.how,
+            )?);
         }
         Ok(())
     })?;
-    let mut algos: BTreeMap<&'static str, usize> = BTreeMap::new();
-    for algo in &ran {
-        *algos.entry(algo.name()).or_default() += 1;
-    }
-    let algos: Vec<String> = algos.iter().map(|(a, n)| format!("{a}:{n}")).collect();
+    let algos = algo_counts(&ran);
     println!(
         "SOAK rank={rank} calls={} algos={} replays={total} check_every={window} sync_every={sync} \
          in_flight={}",
         calls.len(),
-        algos.join(","),
+        algos,
         cli.in_flight.max(1)
     );
 
@@ -215,7 +182,7 @@ pub fn run<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
         replay_time.as_secs_f64(),
         done as f64 / replay_time.as_secs_f64().max(1e-9),
         wall.elapsed().as_secs_f64(),
-        algos.join(",")
+        algos
     );
     if let Some(first) = first_failure {
         println!("rank {rank}: first failure: {first}");
@@ -236,20 +203,14 @@ struct Replayed {
 /// A failure at replay `at`, reported at once (the `ERROR` line, then the
 /// exit watchdog), before anything is dropped.
 fn failed_at(at: usize, e: kernels::Error) -> Failure {
-    let failure = Failure {
-        message: format!("replay {at}: {e}"),
-        ..Failure::from(e)
-    };
+    let failure = Failure::at(format!("replay {at}"), e);
     watch::report(&failure);
     failure
 }
 
 /// A CUDA driver error at replay `at`, reported at once.
 fn driver_failed_at(at: usize, what: &str, e: cudarc::driver::DriverError) -> Failure {
-    let failure = Failure {
-        code: code::ERROR,
-        message: format!("replay {at}: {what}: CUDA driver: {e:?}"),
-    };
+    let failure = Failure::error(format!("replay {at}: {what}: CUDA driver: {e:?}"));
     watch::report(&failure);
     failure
 }
@@ -325,22 +286,10 @@ fn replay<T: Element>(
             watch::busy("reading a window's outputs");
             let result = stream.clone_dtoh(&b.output)?;
             watch::idle("checking a window against the host reference");
-            let pushed = *algo == Algo::OneShotPush;
-            let verdict = match call.collective {
-                Collective::AllReduce => {
-                    check_all_reduce_of(*algo, !exact(comm, *algo), &inputs[k], &result)
-                }
-                Collective::AllGather => check_all_gather(&inputs[k], &result, pushed),
-                Collective::AllReduceAddRmsNorm => Err("no fused calls here".into()),
-            };
+            let verdict = check(comm, call.collective, *algo, &inputs[k], &result);
             let id = format!("soak/w{windows}/{}", call.label);
             match verdict {
-                Ok(()) => println!(
-                    "CASE {id} ran={} exact={} hash={:016x}",
-                    algo.name(),
-                    exact(comm, *algo) as u8,
-                    hash_of(&result)
-                ),
+                Ok(()) => print_case(comm, &id, *algo, hash_of(&result)),
                 Err(why) => {
                     failures += 1;
                     first_failure.get_or_insert(format!("{id} after {done} replays: {why}"));

@@ -82,24 +82,20 @@ pub fn init(rank: usize, stuck_bound: Duration, exit_bound: Duration) {
     }
 }
 
-fn get() -> Option<&'static Watch> {
-    WATCH.get()
-}
-
 fn stamp(w: &Watch) -> String {
     format!("+{:.3}s", w.start.elapsed().as_secs_f64())
 }
 
 /// Prints `+12.345s what`.
 pub fn note(what: impl std::fmt::Display) {
-    if let Some(w) = get() {
+    if let Some(w) = WATCH.get() {
         println!("{} {what}", stamp(w));
         let _ = std::io::stdout().flush();
     }
 }
 
 fn enter(name: &'static str, watched: bool) {
-    if let Some(w) = get()
+    if let Some(w) = WATCH.get()
         && let Ok(mut step) = w.step.lock()
     {
         *step = Step {
@@ -124,7 +120,9 @@ pub fn idle(name: &'static str) {
 
 /// Whether an error was already reported (its `ERROR` line printed).
 pub fn reported() -> bool {
-    get().is_some_and(|w| w.reported.load(Ordering::Relaxed))
+    WATCH
+        .get()
+        .is_some_and(|w| w.reported.load(Ordering::Relaxed))
 }
 
 /// Reports a failure at once: the progress line, then the `ERROR` line the
@@ -135,7 +133,7 @@ pub fn report(f: &Failure) {
         code::MISMATCH => "mismatch",
         _ => "error",
     };
-    let Some(w) = get() else {
+    let Some(w) = WATCH.get() else {
         println!("ERROR rank=? kind={kind} {}", f.message);
         return;
     };
@@ -164,7 +162,7 @@ fn end_now(line: String, status: u8) -> ! {
 }
 
 fn watchdog() {
-    let Some(w) = get() else { return };
+    let Some(w) = WATCH.get() else { return };
     loop {
         std::thread::sleep(Duration::from_millis(20));
         let (name, since, watched) = match w.step.lock() {

@@ -5,18 +5,19 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use kernels::raw::fnv1a;
 use kernels::{
     Element, Error, Fallback, FileRendezvous, Join, NcclId, Options, ProcessSpec, RankComm,
     Rendezvous, Select, World,
 };
-use policy::{Algo, DType};
+use policy::{Algo, Collective, DType};
 use tuner::harness::timing::poison;
-use tuner::harness::validation::{check_all_reduce_of, random_inputs};
+use tuner::harness::validation::{check_result, le_bytes, random_inputs};
 
 use crate::{Cli, KillMode, Mismatch, code, env, watch};
 
@@ -42,9 +43,24 @@ impl From<Error> for Failure {
 
 impl From<cudarc::driver::DriverError> for Failure {
     fn from(e: cudarc::driver::DriverError) -> Failure {
+        Failure::error(format!("CUDA driver: {e:?}"))
+    }
+}
+
+impl Failure {
+    /// A failure that is neither a timeout nor a mismatch.
+    pub fn error(message: impl Into<String>) -> Failure {
         Failure {
             code: code::ERROR,
-            message: format!("CUDA driver: {e:?}"),
+            message: message.into(),
+        }
+    }
+
+    /// `e`, with where it happened (`call 3`) before its message.
+    pub fn at(place: impl std::fmt::Display, e: Error) -> Failure {
+        Failure {
+            message: format!("{place}: {e}"),
+            ..Failure::from(e)
         }
     }
 }
@@ -60,16 +76,12 @@ pub struct Place {
 
 fn place() -> Result<Place, Failure> {
     let var = |name: &str| {
-        std::env::var(name).map_err(|_| Failure {
-            code: code::ERROR,
-            message: format!("the launcher did not set {name}"),
-        })
+        std::env::var(name).map_err(|_| Failure::error(format!("the launcher did not set {name}")))
     };
     let number = |name: &str| {
-        var(name)?.parse::<usize>().map_err(|e| Failure {
-            code: code::ERROR,
-            message: format!("{name}: {e}"),
-        })
+        var(name)?
+            .parse::<usize>()
+            .map_err(|e| Failure::error(format!("{name}: {e}")))
     };
     Ok(Place {
         rank: number(env::RANK)?,
@@ -126,18 +138,19 @@ pub fn run(cli: &Cli) -> u8 {
     let outcome = if cli.matrix {
         watch::idle("the matrix");
         crate::matrix::run(&mut comm, cli)
-    } else if cli.soak {
-        match dtype_of(cli) {
-            Ok(DType::Bf16) => crate::soak::run::<bf16>(&mut comm, cli),
-            Ok(DType::F16) => crate::soak::run::<f16>(&mut comm, cli),
-            Ok(DType::F32) => crate::soak::run::<f32>(&mut comm, cli),
-            Err(f) => Err(f),
-        }
     } else {
+        // The soak, or the decode loop, of `--dtype`'s elements.
+        fn typed<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
+            if cli.soak {
+                crate::soak::run::<T>(comm, cli)
+            } else {
+                decode_loop::<T>(comm, cli)
+            }
+        }
         match dtype_of(cli) {
-            Ok(DType::Bf16) => decode_loop::<bf16>(&mut comm, cli),
-            Ok(DType::F16) => decode_loop::<f16>(&mut comm, cli),
-            Ok(DType::F32) => decode_loop::<f32>(&mut comm, cli),
+            Ok(DType::Bf16) => typed::<bf16>(&mut comm, cli),
+            Ok(DType::F16) => typed::<f16>(&mut comm, cli),
+            Ok(DType::F32) => typed::<f32>(&mut comm, cli),
             Err(f) => Err(f),
         }
     };
@@ -167,10 +180,8 @@ pub fn run(cli: &Cli) -> u8 {
 }
 
 pub fn dtype_of(cli: &Cli) -> Result<DType, Failure> {
-    DType::from_name(&cli.dtype).ok_or_else(|| Failure {
-        code: code::ERROR,
-        message: format!("--dtype {}: expected bf16, f16 or f32", cli.dtype),
-    })
+    DType::from_name(&cli.dtype)
+        .ok_or_else(|| Failure::error(format!("--dtype {}: expected bf16, f16 or f32", cli.dtype)))
 }
 
 /// Forms this rank of the world; also how long `World::process` took.
@@ -255,10 +266,10 @@ fn share_nccl_id(place: &Place) -> Result<NcclId, Failure> {
         Vec::new()
     };
     let blobs = files.exchange("nccl-id", &mine)?;
-    let bytes: [u8; 128] = blobs[0].as_slice().try_into().map_err(|_| Failure {
-        code: code::ERROR,
-        message: "rank 0 shared an NCCL id that is not 128 bytes".into(),
-    })?;
+    let bytes: [u8; 128] = blobs[0]
+        .as_slice()
+        .try_into()
+        .map_err(|_| Failure::error("rank 0 shared an NCCL id that is not 128 bytes"))?;
     Ok(NcclId(bytes))
 }
 
@@ -269,9 +280,11 @@ pub fn selection(cli: &Cli) -> Result<Select, Failure> {
     }
     Algo::from_name(&cli.algo)
         .map(Select::Force)
-        .ok_or_else(|| Failure {
-            code: code::ERROR,
-            message: format!("--algo {}: expected policy or an algorithm name", cli.algo),
+        .ok_or_else(|| {
+            Failure::error(format!(
+                "--algo {}: expected policy or an algorithm name",
+                cli.algo
+            ))
         })
 }
 
@@ -301,14 +314,60 @@ pub fn exact(comm: &RankComm, ran: Algo) -> bool {
     !(!ran.is_kernel() && comm.fallback_kind() == Fallback::Nccl && comm.world_size() > 1)
 }
 
+/// One forced or policy-chosen all-reduce or all-gather of `input` into
+/// `output` (the fused all-reduce + add + RMSNorm has its own suite,
+/// gpu_fused.rs).
+pub fn issue<T: Element>(
+    comm: &RankComm,
+    collective: Collective,
+    input: &CudaSlice<T>,
+    output: &mut CudaSlice<T>,
+    how: Select,
+) -> kernels::Result<Algo> {
+    let (input, mut output) = (input.as_view(), output.as_view_mut());
+    match collective {
+        Collective::AllReduce => comm.all_reduce(&input, &mut output, how),
+        Collective::AllGather => comm.all_gather(&input, &mut output, how),
+        Collective::AllReduceAddRmsNorm => Err(Error::Unsupported(
+            "this example makes no fused all_reduce_add_rmsnorm calls".into(),
+        )),
+    }
+}
+
+/// `result` of a `collective` that `ran`, checked against the host reference.
+pub fn check<T: Element>(
+    comm: &RankComm,
+    collective: Collective,
+    ran: Algo,
+    inputs: &[Vec<T>],
+    result: &[T],
+) -> Result<(), String> {
+    check_result(collective, ran, !exact(comm, ran), inputs, result)
+}
+
+/// `one_shot_pull:2,nccl:1`: how many calls each algorithm ran.
+pub fn algo_counts(ran: &[Algo]) -> String {
+    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for algo in ran {
+        *counts.entry(algo.name()).or_default() += 1;
+    }
+    let counts: Vec<String> = counts.iter().map(|(a, n)| format!("{a}:{n}")).collect();
+    counts.join(",")
+}
+
+/// The `CASE` line of a result that matched the host reference: the launcher
+/// compares its hash across ranks where `ran` promises identical bits.
+pub fn print_case(comm: &RankComm, id: &str, ran: Algo, hash: u64) {
+    let exact = exact(comm, ran) as u8;
+    println!(
+        "CASE {id} ran={} exact={exact} hash={hash:016x}",
+        ran.name()
+    );
+}
+
 /// FNV-1a of a result's bits.
 pub fn hash_of<T: Element>(values: &[T]) -> u64 {
-    let size = std::mem::size_of::<T>();
-    let bytes: Vec<u8> = values
-        .iter()
-        .flat_map(|v| v.to_bits().to_le_bytes().into_iter().take(size))
-        .collect();
-    fnv1a(&bytes)
+    fnv1a(&le_bytes(values))
 }
 
 fn decode_loop<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure> {
@@ -319,8 +378,7 @@ fn decode_loop<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure
     let mut wrong = 0usize;
     let mut first_wrong = None;
     let mut hash = 0u64;
-    let mut all_exact = true;
-    let mut algos: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut algos = Vec::with_capacity(cli.iters);
     let mut busy = Duration::ZERO;
     for call in 0..cli.iters {
         if cli.kill_rank == Some(rank) && call == kill_at {
@@ -342,25 +400,21 @@ fn decode_loop<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure
         } else {
             watch::busy("all_reduce");
         }
-        let outcome = comm
-            .all_reduce(&input.as_view(), &mut output.as_view_mut(), how)
-            .and_then(|ran| {
+        let outcome =
+            issue(comm, Collective::AllReduce, &input, &mut output, how).and_then(|ran| {
                 watch::busy("check after a call");
                 comm.check().map(|()| ran)
             });
         let ran = match outcome {
             Ok(ran) => ran,
             Err(e) => {
-                let failure = Failure {
-                    message: format!("call {call}: {e}"),
-                    ..Failure::from(e)
-                };
+                let failure = Failure::at(format!("call {call}"), e);
                 watch::report(&failure);
                 // Fail fast: a rank that knows of a fault refuses its next
                 // call at once and launches nothing.
                 watch::busy("the call after the fault");
                 let again = Instant::now();
-                let next = comm.all_reduce(&input.as_view(), &mut output.as_view_mut(), how);
+                let next = issue(comm, Collective::AllReduce, &input, &mut output, how);
                 println!(
                     "FAILFAST rank={rank} next_call={} after_us={}",
                     if next.is_err() { "refused" } else { "ran" },
@@ -373,39 +427,24 @@ fn decode_loop<T: Element>(comm: &mut RankComm, cli: &Cli) -> Result<u8, Failure
         watch::busy("reading a call's output");
         let result = stream.clone_dtoh(&output)?;
         watch::idle("checking against the host reference");
-        if let Err(e) = check_all_reduce_of(ran, !exact(comm, ran), &inputs, &result) {
+        if let Err(e) = check(comm, Collective::AllReduce, ran, &inputs, &result) {
             wrong += 1;
             first_wrong.get_or_insert(format!("call {call} ({}): {e}", ran.name()));
         }
         hash = hash.rotate_left(7) ^ hash_of(&result);
-        all_exact &= exact(comm, ran);
-        *algos.entry(ran.name()).or_default() += 1;
+        algos.push(ran);
     }
-    let algos: Vec<String> = algos.iter().map(|(a, n)| format!("{a}:{n}")).collect();
     println!(
         "SUMMARY rank={rank} world={world} calls={} wrong={wrong} exact={} hash={hash:016x} \
          ms_per_call={:.3} algos={}",
         cli.iters,
-        all_exact as u8,
+        algos.iter().all(|&ran| exact(comm, ran)) as u8,
         busy.as_secs_f64() * 1e3 / cli.iters.max(1) as f64,
-        algos.join(",")
+        algo_counts(&algos)
     );
     if let Some(first) = first_wrong {
         println!("rank {rank}: first wrong result: {first}");
         return Ok(code::WRONG);
     }
     Ok(code::OK)
-}
-
-/// The launcher's scratch directory for one run.
-pub fn scratch_dir() -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    std::env::temp_dir().join(format!("colltune-mp-{}-{nanos}", std::process::id()))
-}
-
-pub fn remove_dir(dir: &Path) {
-    let _ = std::fs::remove_dir_all(dir);
 }

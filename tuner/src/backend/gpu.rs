@@ -37,17 +37,11 @@ pub enum OpenError {
     Other(String),
 }
 
-enum Topology {
-    /// Every rank on GPU 0.
-    Loopback,
-    /// Rank r on GPU r.
-    Devices,
-}
-
 type CheckKey = (Collective, u32, DType, Algo, u64);
 
 pub struct GpuBackend {
-    topology: Topology,
+    /// Its link is loopback where every rank is on GPU 0; elsewhere rank r
+    /// is on GPU r.
     platform: PlatformDesc,
     world_sizes: Vec<u32>,
     /// The world in use and its size.
@@ -83,18 +77,14 @@ impl GpuBackend {
         memory_budget: Option<u64>,
     ) -> Result<GpuBackend, OpenError> {
         // The runtime's own wording for a missing driver or GPU.
-        kernels::open_device(0).map_err(|e| OpenError::NoGpu(e.to_string()))?;
+        let context = kernels::open_device(0).map_err(|e| OpenError::NoGpu(e.to_string()))?;
         let devices = timing::discover()
             .map_err(|e| OpenError::NoGpu(format!("the driver lists no usable GPU: {e}")))?;
         let Some(first) = devices.first() else {
             return Err(OpenError::NoGpu(no_gpu_reason()));
         };
-        let (topology, link, world_sizes) = if loopback {
-            (
-                Topology::Loopback,
-                Link::Loopback,
-                powers_of_two_up_to(MAX_WORLD),
-            )
+        let (link, world_sizes) = if loopback {
+            (Link::Loopback, powers_of_two_up_to(MAX_WORLD))
         } else {
             if devices.len() < 2 {
                 return Err(OpenError::Other(format!(
@@ -114,9 +104,8 @@ impl GpuBackend {
                 .into_iter()
                 .filter(|&w| link_among(&devices, w as usize) == link)
                 .collect();
-            (Topology::Devices, link, sizes)
+            (link, sizes)
         };
-        let context = kernels::open_device(0).map_err(|e| OpenError::NoGpu(e.to_string()))?;
         let info = timing::gpu_stack(&context).map_err(|e| OpenError::Other(e.to_string()))?;
         let windows = !loopback && windows_supported(info.nccl_version.as_deref());
         let platform = PlatformDesc {
@@ -131,7 +120,6 @@ impl GpuBackend {
             capacities: capacities(first.arch, link, windows),
         };
         Ok(GpuBackend {
-            topology,
             platform,
             world_sizes,
             world: None,
@@ -155,21 +143,17 @@ impl GpuBackend {
                 ..measuring(self.memory_budget, self.windows)
             };
             let size = world_size as usize;
-            let ranks = match self.topology {
-                Topology::Loopback => timing::build_world(Some(size), &[0], options),
-                Topology::Devices => {
-                    timing::build_world(None, &(0..size).collect::<Vec<_>>(), options)
-                }
+            let ranks = if self.platform.link == Link::Loopback {
+                timing::build_world(Some(size), &[0], options)
+            } else {
+                timing::build_world(None, &(0..size).collect::<Vec<_>>(), options)
             }
             .map_err(|e| BackendError(format!("building a world of {world_size}: {e}")))?;
             self.check_capacities(&ranks[0], world_size)?;
             self.world = Some((world_size, ranks));
         }
-        Ok(self
-            .world
-            .as_mut()
-            .map(|(_, ranks)| ranks.as_mut_slice())
-            .expect("built above"))
+        let (_, ranks) = self.world.as_mut().expect("built above");
+        Ok(ranks)
     }
 
     /// The sweep picks its candidates from the capacities it expects a world
@@ -304,11 +288,10 @@ impl Backend for GpuBackend {
     fn estimated_point_seconds(
         &self,
         key: TableKey,
-        algo: Algo,
+        _algo: Algo,
         bytes: u64,
         reps: Repetitions,
     ) -> f64 {
-        let _ = algo;
         let w = f64::from(key.world_size);
         let call_us = rough_call_us(bytes);
         let calls =
@@ -382,18 +365,10 @@ fn windows_supported(version: Option<&str>) -> bool {
 /// on a window is a candidate only where NCCL runs and has windows (never
 /// in a loopback world of several ranks, where NCCL refuses to run).
 fn capacities(arch: policy::Arch, link: Link, windows: bool) -> Vec<CapacityEntry> {
-    let mut entries = Vec::new();
-    for collective in Collective::ALL {
-        for &algo in collective.algos() {
-            if algo.is_custom() && (windows || algo.kind() != policy::AlgoKind::Window) {
-                entries.push(CapacityEntry {
-                    collective,
-                    algo,
-                    capacity: policy::capacity(arch, link, collective, algo),
-                });
-            }
-        }
-    }
+    let mut entries = crate::grid::custom_capacities(|collective, algo| {
+        policy::capacity(arch, link, collective, algo)
+    });
+    entries.retain(|e| windows || e.algo.kind() != policy::AlgoKind::Window);
     entries
 }
 

@@ -102,15 +102,12 @@ pub trait Backend {
     /// Makes the fused all-reduce + add + RMSNorm's calls rows of `hidden`
     /// elements from now on. A backend that models bytes alone (synthetic)
     /// has no rows and ignores it.
-    fn use_hidden(&mut self, hidden: usize) {
-        let _ = hidden;
-    }
+    fn use_hidden(&mut self, _hidden: usize) {}
 
     /// The bytes of one row of `key`'s calls: the hidden size times the
     /// element for the fused all-reduce + add + RMSNorm on a backend that
     /// calls kernels; 1 (no rows) otherwise.
-    fn row_bytes(&self, key: TableKey) -> u64 {
-        let _ = key;
+    fn row_bytes(&self, _key: TableKey) -> u64 {
         1
     }
 

@@ -5,7 +5,7 @@
 //!
 //! The noise is median-preserving (`t × exp(σ z)`, `z` Gaussian or, for the
 //! heavy-tailed shape, Student-t), so the median of many samples converges on
-//! the model and the planted crossovers, which [`SyntheticBackend::crossover`]
+//! the model and the planted crossovers, which [`SyntheticConfig::planted_steps`]
 //! computes exactly, are where the medians cross. An optional drift multiplies
 //! every sample by a slow wave over the backend's clock (the samples drawn so
 //! far), as a GPU's clocks and temperature move during a run: it moves all
@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use policy::{Algo, Arch, Capacity, CapacityEntry, Collective, DType, Link, Mode, TableKey};
+use policy::{Algo, Arch, CapacityEntry, Collective, DType, Link, Mode, TableKey};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -206,8 +206,9 @@ impl SyntheticConfig {
                 models.insert((collective, algo), model);
             }
         }
-        // Only the planted algorithms are offered (and declared).
-        let capacities = default_capacities()
+        // Only the planted algorithms are offered (and declared), with the
+        // capacities `kernels` assumes when a platform file declares none.
+        let capacities = crate::grid::custom_capacities(policy::default_capacity)
             .into_iter()
             .filter(|entry| models.contains_key(&(entry.collective, entry.algo)))
             .collect();
@@ -359,23 +360,6 @@ pub const PLANTED_ALL_GATHER: &[(Algo, u64)] =
 pub const PLANTED_FUSED: &[(Algo, u64)] =
     &[(Algo::TwoShotPush, 128 * KIB), (Algo::Unfused, 2 * MIB)];
 
-/// The capacities `kernels` assumes when a platform file declares none.
-pub fn default_capacities() -> Vec<CapacityEntry> {
-    let mut entries = Vec::new();
-    for collective in Collective::ALL {
-        for &algo in collective.algos() {
-            if algo.is_custom() {
-                entries.push(CapacityEntry {
-                    collective,
-                    algo,
-                    capacity: policy::default_capacity(collective, algo),
-                });
-            }
-        }
-    }
-    entries
-}
-
 /// The seeded model-based backend.
 pub struct SyntheticBackend {
     config: SyntheticConfig,
@@ -403,10 +387,6 @@ impl SyntheticBackend {
         self
     }
 
-    pub fn config(&self) -> &SyntheticConfig {
-        &self.config
-    }
-
     /// The noiseless latency of `algo` for `key` at `bytes`.
     pub fn model_time_us(&self, key: TableKey, algo: Algo, bytes: u64) -> Option<f64> {
         let model = self.config.model(key, algo)?;
@@ -415,23 +395,6 @@ impl SyntheticBackend {
             Mode::Eager => self.config.eager_overhead_us,
         };
         Some(model.time_us(bytes) + overhead)
-    }
-
-    /// The exact size at which `faster_above` becomes faster than
-    /// `faster_below` (where their lines cross), if they cross at a positive
-    /// size; for the collective's shared lines (`models`), see
-    /// [`SyntheticConfig::planted_steps`] for a key's own.
-    pub fn crossover(
-        &self,
-        collective: Collective,
-        faster_below: Algo,
-        faster_above: Algo,
-    ) -> Option<f64> {
-        let a = self.config.models.get(&(collective, faster_below))?;
-        let b = self.config.models.get(&(collective, faster_above))?;
-        let per_byte_gap = 1.0 / a.bytes_per_us - 1.0 / b.bytes_per_us;
-        let at = crossing(a, b);
-        (per_byte_gap > 0.0 && at > 0.0).then_some(at)
     }
 
     /// A standard normal draw (Box-Muller on two uniforms in (0, 1]).
@@ -554,18 +517,6 @@ impl Backend for SyntheticBackend {
     }
 }
 
-/// A capacity entry, for building synthetic platforms in tests.
-pub fn capacity(collective: Collective, algo: Algo, max_bytes: u64) -> CapacityEntry {
-    CapacityEntry {
-        collective,
-        algo,
-        capacity: Capacity {
-            max_bytes,
-            align: policy::DEFAULT_ALIGN,
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,15 +531,29 @@ mod tests {
         }
     }
 
+    /// The exact size at which `faster_above` becomes faster than
+    /// `faster_below` (where the collective's shared lines cross), if they
+    /// cross at a positive size.
+    fn crossover(
+        config: &SyntheticConfig,
+        collective: Collective,
+        faster_below: Algo,
+        faster_above: Algo,
+    ) -> Option<f64> {
+        let a = config.models.get(&(collective, faster_below))?;
+        let b = config.models.get(&(collective, faster_above))?;
+        let per_byte_gap = 1.0 / a.bytes_per_us - 1.0 / b.bytes_per_us;
+        let at = crossing(a, b);
+        (per_byte_gap > 0.0 && at > 0.0).then_some(at)
+    }
+
     #[test]
     fn nominal_crossovers_are_exact() {
-        let backend = SyntheticBackend::new(SyntheticConfig::nominal(0.0, 1));
+        let config = SyntheticConfig::nominal(0.0, 1);
         let (first, steps) = planted_crossovers(Collective::AllReduce);
         let mut below = first;
         for &(above, at) in steps {
-            let x = backend
-                .crossover(Collective::AllReduce, below, above)
-                .unwrap();
+            let x = crossover(&config, Collective::AllReduce, below, above).unwrap();
             assert!(
                 (x - at as f64).abs() < 1e-6 * at as f64,
                 "{below:?}→{above:?} at {x}, planted {at}"

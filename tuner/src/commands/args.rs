@@ -186,32 +186,31 @@ fn twice<T: PartialEq>(flag: &str, values: &[T], name: fn(&T) -> String) -> Resu
     Ok(())
 }
 
-fn names<T: Copy>(all: &[T], name: fn(T) -> &'static str) -> String {
-    all.iter().map(|&x| name(x)).collect::<Vec<_>>().join(", ")
+/// The value of `all` spelled `text`, or the list of their spellings.
+fn one_of<T: Copy>(text: &str, all: &[T], name: fn(T) -> &'static str) -> Result<T, String> {
+    all.iter()
+        .copied()
+        .find(|&v| name(v) == text)
+        .ok_or_else(|| {
+            let names = crate::format::list(all.iter().map(|&v| name(v)));
+            format!("expected one of {names}")
+        })
 }
 
 pub fn collective(text: &str) -> Result<Collective, String> {
-    Collective::from_name(text).ok_or_else(|| {
-        format!(
-            "expected one of {}",
-            names(&Collective::ALL, Collective::name)
-        )
-    })
+    one_of(text, &Collective::ALL, Collective::name)
 }
 
 pub fn dtype(text: &str) -> Result<DType, String> {
-    DType::from_name(text)
-        .ok_or_else(|| format!("expected one of {}", names(&DType::ALL, DType::name)))
+    one_of(text, &DType::ALL, DType::name)
 }
 
 pub fn mode(text: &str) -> Result<Mode, String> {
-    Mode::from_name(text)
-        .ok_or_else(|| format!("expected one of {}", names(&Mode::ALL, Mode::name)))
+    one_of(text, &Mode::ALL, Mode::name)
 }
 
 pub fn link(text: &str) -> Result<Link, String> {
-    Link::from_name(text)
-        .ok_or_else(|| format!("expected one of {}", names(&Link::ALL, Link::name)))
+    one_of(text, &Link::ALL, Link::name)
 }
 
 pub fn arch(text: &str) -> Result<Arch, String> {
@@ -219,8 +218,7 @@ pub fn arch(text: &str) -> Result<Arch, String> {
 }
 
 pub fn algo(text: &str) -> Result<Algo, String> {
-    Algo::from_name(text)
-        .ok_or_else(|| format!("expected one of {}", names(&Algo::ALL, Algo::name)))
+    one_of(text, &Algo::ALL, Algo::name)
 }
 
 /// A world size the custom kernels serve: 2 to `MAX_WORLD` ranks.

@@ -121,15 +121,10 @@ fn collectives(text: &str) -> Result<Collectives, String> {
         .map_err(|e| format!("{e}, or both"))
 }
 
-/// What the arguments ask for, checked before any GPU is looked for.
-struct Plan {
-    sizes: Vec<u64>,
-    /// The configuration whose last rank stalls ([`bench_with_stall`]).
-    stall: Option<(Algo, u64)>,
-}
-
 impl BenchArgs {
-    fn plan(&self, stall: Option<(Algo, u64)>) -> Result<Plan, String> {
+    /// The sizes to time, once every argument is checked (before any GPU is
+    /// looked for).
+    fn sizes(&self) -> Result<Vec<u64>, String> {
         let sizes = parse_sizes(&self.sizes, self.step).map_err(|e| format!("--sizes: {e}"))?;
         if sizes.is_empty() {
             return Err(format!("--sizes {} names no size", self.sizes));
@@ -137,13 +132,7 @@ impl BenchArgs {
         if self.samples == 0 {
             return Err("--samples must be at least 1".to_string());
         }
-        let (low, high, step) = (policy::HIDDEN_MIN, policy::HIDDEN_MAX, policy::HIDDEN_STEP);
-        if !(low..=high).contains(&self.hidden) || !self.hidden.is_multiple_of(step) {
-            return Err(format!(
-                "--hidden {}: a row is a multiple of {step} elements in {low}..={high}",
-                self.hidden
-            ));
-        }
+        crate::hidden::check(self.hidden)?;
         if [&self.csv, &self.json]
             .iter()
             .all(|p| p.as_deref() == Some(std::path::Path::new("-")))
@@ -158,7 +147,7 @@ impl BenchArgs {
                 return Err("no algorithm of --algos implements the --collective chosen".into());
             }
         }
-        Ok(Plan { sizes, stall })
+        Ok(sizes)
     }
 }
 
@@ -304,7 +293,7 @@ fn default_calls(bytes: u64) -> u32 {
 /// Times every configuration the arguments describe and prints one row each;
 /// fails (after writing the CSV and JSON) if any configuration failed.
 pub fn bench(args: &BenchArgs, out: &mut dyn Write) -> Result<Exit, Error> {
-    bench_with(args, None, out)
+    run(args, None, out)
 }
 
 /// [`bench()`] with a fault injected, to test recovery (the command line cannot
@@ -317,16 +306,13 @@ pub fn bench_with_stall(
     stall: (Algo, u64),
     out: &mut dyn Write,
 ) -> Result<Exit, Error> {
-    bench_with(args, Some(stall), out)
+    run(args, Some(stall), out)
 }
 
-fn bench_with(
-    args: &BenchArgs,
-    stall: Option<(Algo, u64)>,
-    out: &mut dyn Write,
-) -> Result<Exit, Error> {
-    let plan = args.plan(stall).map_err(Error::Usage)?;
-    gpu::run(args, &plan, out)?;
+/// `stall`: the configuration whose last rank stalls ([`bench_with_stall`]).
+fn run(args: &BenchArgs, stall: Option<(Algo, u64)>, out: &mut dyn Write) -> Result<Exit, Error> {
+    let sizes = args.sizes().map_err(Error::Usage)?;
+    gpu::run(args, &sizes, stall, out)?;
     Ok(Exit::Ok)
 }
 
@@ -390,7 +376,8 @@ mod gpu {
 
     pub(super) fn run(
         _: &super::BenchArgs,
-        _: &super::Plan,
+        _: &[u64],
+        _: Option<(policy::Algo, u64)>,
         _: &mut dyn std::io::Write,
     ) -> Result<(), Error> {
         Err(Error::NoGpu(
@@ -405,11 +392,11 @@ mod gpu {
     use std::io::Write;
 
     use kernels::{Error, Fallback, Options, RankComm};
-    use policy::{Algo, Collective, DType, Link, Mode};
+    use policy::{Algo, Collective, Link};
     use serde::Serialize;
 
     use super::super::Error as CommandError;
-    use super::{BenchArgs, Outcome, Plan, Row, Timing, compare, csv, default_calls, write_rows};
+    use super::{BenchArgs, Outcome, Row, Timing, compare, csv, default_calls, write_rows};
     use crate::harness::timing::{
         GpuStack, TimingSpec, gpu_stack, measure, stall_last_rank, unfused_all_reduce, validate,
     };
@@ -418,24 +405,26 @@ mod gpu {
 
     pub(super) fn run(
         cli: &BenchArgs,
-        plan: &Plan,
+        sizes: &[u64],
+        stall: Option<(Algo, u64)>,
         out: &mut dyn Write,
     ) -> Result<(), CommandError> {
         // The runtime's own wording for a missing driver or GPU.
         kernels::open_device(0).map_err(|e| CommandError::NoGpu(e.to_string()))?;
         let gpus = kernels::visible_gpus()
             .map_err(|e| CommandError::NoGpu(format!("the driver lists no usable GPU: {e}")))?;
-        measure_all(cli, plan, gpus, out).map_err(CommandError::Failed)
+        measure_all(cli, sizes, stall, gpus, out)
     }
 
     fn measure_all(
         cli: &BenchArgs,
-        plan: &Plan,
+        sizes: &[u64],
+        stall: Option<(Algo, u64)>,
         gpus: usize,
         out: &mut dyn Write,
-    ) -> Result<(), String> {
+    ) -> Result<(), CommandError> {
+        let runtime = |e: Error| CommandError::Failed(e.to_string());
         let (collectives, dtypes, modes) = (&cli.collective.0, &cli.dtype, &cli.modes);
-        let (sizes, verify_max) = (&plan.sizes, cli.verify_max);
         // With --csv - or --json -, standard output carries that alone.
         let to_stdout = [&cli.csv, &cli.json]
             .iter()
@@ -456,30 +445,22 @@ mod gpu {
             log_declines: false,
             ..crate::harness::world::measuring(None, true)
         };
-        let mut keeper =
-            WorldKeeper::new(loopback, &devices, options).map_err(|e| e.to_string())?;
-        let ranks = keeper.ranks().map_err(|e| e.to_string())?;
+        let mut keeper = WorldKeeper::new(loopback, &devices, options).map_err(runtime)?;
+        let ranks = keeper.ranks().map_err(runtime)?;
         let world = ranks.len();
         let ctx = ranks[0].stream().context().clone();
-        let info = gpu_stack(&ctx).map_err(|e| e.to_string())?;
-        let io = |e: std::io::Error| e.to_string();
+        let info = gpu_stack(&ctx).map_err(runtime)?;
         let fused = collectives
             .contains(&Collective::AllReduceAddRmsNorm)
             .then_some(cli.hidden);
-        write!(table, "{}", header(&info, ranks, loopback.is_some(), fused)).map_err(io)?;
+        write!(table, "{}", header(&info, ranks, loopback.is_some(), fused))?;
         let described = World::of(ranks);
 
         let mut rows = Vec::new();
         for &collective in collectives {
-            let algos: Vec<Algo> = match &cli.algos {
-                Some(chosen) => chosen
-                    .iter()
-                    .copied()
-                    .filter(|a| a.implements(collective))
-                    .collect(),
-                None => collective.algos().to_vec(),
-            };
-            let algos = super::timing_order(algos);
+            let chosen = cli.algos.as_deref().unwrap_or(collective.algos());
+            let algos = chosen.iter().copied().filter(|a| a.implements(collective));
+            let algos = super::timing_order(algos.collect());
             for &dtype in dtypes {
                 for &mode in modes {
                     for &bytes in sizes {
@@ -493,12 +474,20 @@ mod gpu {
                             continue;
                         }
                         for &algo in &algos {
-                            let stalled = plan.stall == Some((algo, bytes));
+                            let spec = TimingSpec {
+                                collective,
+                                dtype,
+                                algo,
+                                bytes,
+                                mode,
+                                calls_per_sample: cli.calls.unwrap_or_else(|| default_calls(bytes)),
+                                samples: cli.samples,
+                                warmup: cli.warmup,
+                                hidden: cli.hidden,
+                            };
+                            let stalled = stall == Some((algo, bytes));
                             let outcome = match keeper.ranks() {
-                                Ok(ranks) => bench_one(
-                                    ranks, cli, collective, dtype, mode, bytes, algo, verify_max,
-                                    stalled,
-                                ),
+                                Ok(ranks) => bench_one(ranks, &spec, cli.verify_max, stalled),
                                 Err(e) => Outcome::Failed {
                                     error: format!("building a world: {e}"),
                                 },
@@ -512,7 +501,7 @@ mod gpu {
                                 outcome,
                             };
                             compare(&mut row, &rows);
-                            writeln!(table, "{}", row.line()).map_err(io)?;
+                            writeln!(table, "{}", row.line())?;
                             if algo == Algo::Unfused
                                 && let Ok(ranks) = keeper.ranks()
                             {
@@ -522,8 +511,7 @@ mod gpu {
                                     "{:>44} = {} all_reduce, then add_rmsnorm",
                                     "unfused",
                                     inner.name()
-                                )
-                                .map_err(io)?;
+                                )?;
                             }
                             // One failure stays one failure: a world it broke
                             // is given up and the next row builds a new one.
@@ -531,8 +519,7 @@ mod gpu {
                                 writeln!(
                                     table,
                                     "note: that configuration broke the world; building a new one"
-                                )
-                                .map_err(io)?;
+                                )?;
                             }
                             rows.push(row);
                         }
@@ -545,8 +532,7 @@ mod gpu {
                 table,
                 "note: the world was built again {} time(s) after a configuration broke it",
                 keeper.rebuilt()
-            )
-            .map_err(io)?;
+            )?;
         }
         let (nccl_calls, in_progress) = kernels::raw::nccl_call_stats();
         if nccl_calls > 0 {
@@ -554,8 +540,7 @@ mod gpu {
                 table,
                 "NCCL: {in_progress} of {nccl_calls} collectives answered ncclInProgress (each \
                  then waited for NCCL's own thread)"
-            )
-            .map_err(io)?;
+            )?;
         }
         let all = rows.clone();
         for row in &mut rows {
@@ -567,7 +552,7 @@ mod gpu {
             } else {
                 "devices"
             };
-            write_rows(path, &csv(&rows, world, kind), out).map_err(|e| e.to_string())?;
+            write_rows(path, &csv(&rows, world, kind), out)?;
         }
         if let Some(path) = &cli.json {
             let document = Document {
@@ -575,27 +560,33 @@ mod gpu {
                 world: described,
                 results: &rows,
             };
-            write_rows(path, &crate::format::json(&document), out).map_err(|e| e.to_string())?;
+            write_rows(path, &crate::format::json(&document), out)?;
         }
         let failed = rows.iter().filter(|r| r.failed()).count();
         if failed > 0 {
-            return Err(format!("{failed} configuration(s) failed"));
+            return Err(CommandError::Failed(format!(
+                "{failed} configuration(s) failed"
+            )));
         }
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Verifies `spec`'s configuration (up to `verify_max` bytes) and times
+    /// it, or (`stalled`) injects a stall of its last rank.
     fn bench_one(
         ranks: &mut [RankComm],
-        cli: &BenchArgs,
-        collective: Collective,
-        dtype: DType,
-        mode: Mode,
-        bytes: u64,
-        algo: Algo,
+        spec: &TimingSpec,
         verify_max: u64,
         stalled: bool,
     ) -> Outcome {
+        let &TimingSpec {
+            collective,
+            dtype,
+            algo,
+            bytes,
+            hidden,
+            ..
+        } = spec;
         let failed = |error: String| Outcome::Failed { error };
         if let Some(reason) = ranks[0].would_decline(collective, algo, bytes) {
             return Outcome::Declined {
@@ -603,34 +594,18 @@ mod gpu {
             };
         }
         if stalled {
-            return failed(
-                match stall_last_rank(ranks, collective, dtype, algo, bytes, cli.hidden) {
-                    Err(e) => format!("injected stall of the last rank: {e}"),
-                    Ok(()) => {
-                        "injected stall of the last rank: the others did not notice (no error)"
-                            .into()
-                    }
-                },
-            );
+            return failed(match stall_last_rank(ranks, spec) {
+                Err(e) => format!("injected stall of the last rank: {e}"),
+                Ok(()) => {
+                    "injected stall of the last rank: the others did not notice (no error)".into()
+                }
+            });
         }
         let verified = bytes <= verify_max;
-        if verified
-            && let Err(e) = validate(ranks, collective, dtype, algo, bytes, cli.hidden, bytes)
-        {
+        if verified && let Err(e) = validate(ranks, collective, dtype, algo, bytes, hidden, bytes) {
             return failed(e.to_string());
         }
-        let spec = TimingSpec {
-            collective,
-            dtype,
-            algo,
-            bytes,
-            mode,
-            calls_per_sample: cli.calls.unwrap_or_else(|| default_calls(bytes)),
-            samples: cli.samples,
-            warmup: cli.warmup,
-            hidden: cli.hidden,
-        };
-        match measure(ranks, &spec) {
+        match measure(ranks, spec) {
             Ok(mut micros) => {
                 micros.sort_by(f64::total_cmp);
                 let median = stats::quantile(&micros, 0.5);

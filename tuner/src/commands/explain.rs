@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use policy::{Arch, Collective, DType, Link, Mode, Query};
 
 use super::args::{arch, bytes, collective, dtype, link, mode};
-use super::{Error, Exit};
+use super::{Error, Exit, table_set};
 use crate::explain::{Explanation, Forced, WorldMemory};
-use crate::tables::TableSet;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct ExplainArgs {
@@ -44,10 +43,7 @@ pub struct ExplainArgs {
 }
 
 pub fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result<Exit, Error> {
-    let tables = match &args.tables {
-        Some(path) => TableSet::load(path).map_err(Error::Input)?,
-        None => TableSet::Compiled,
-    };
+    let tables = table_set(args.tables.as_deref())?;
     let query = Query::new(
         args.collective,
         args.arch,
@@ -58,31 +54,25 @@ pub fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         args.bytes,
     );
     // Engines honour COLLTUNE_ALGO; an invalid value stops them at start-up.
-    let (forced, policy) = match std::env::var(policy::OVERRIDE_ENV) {
-        Ok(value) => match policy::Policy::from_spec(&value) {
-            Ok(policy) => (
-                policy.forced(query.key.collective).map(|algo| Forced {
-                    value: value.clone(),
-                    algo,
-                }),
-                policy,
-            ),
-            Err(e) => {
-                return Err(Error::Input(format!(
-                    "{}={value} is set but invalid, so engines would not start: {e}",
-                    policy::OVERRIDE_ENV
-                )));
-            }
-        },
-        Err(_) => (None, policy::Policy::none()),
+    let value = std::env::var(policy::OVERRIDE_ENV).ok();
+    let policy = match &value {
+        None => policy::Policy::none(),
+        Some(value) => policy::Policy::from_spec(value).map_err(|e| {
+            Error::Input(format!(
+                "{}={value} is set but invalid, so engines would not start: {e}",
+                policy::OVERRIDE_ENV
+            ))
+        })?,
     };
+    let forced = value
+        .zip(policy.forced(query.key.collective))
+        .map(|(value, algo)| Forced { value, algo });
     // A world with kernels' default options: buffers for what the tables
     // select, within the default budget.
     let memory = crate::memory::runtime_default().map(|budget| WorldMemory { budget, policy });
     let explanation = Explanation::new(&tables, query, forced, memory.as_ref());
     if args.json {
-        let text = serde_json::to_string_pretty(&explanation).unwrap_or_default();
-        writeln!(out, "{text}")?;
+        write!(out, "{}", crate::format::json(&explanation))?;
     } else {
         write!(out, "{}", explanation.render())?;
     }

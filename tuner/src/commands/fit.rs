@@ -4,12 +4,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::args::FitArgs;
-use super::{Error, Exit, diagnostics};
+use super::{Error, Exit};
 use crate::evidence::Evidence;
 use crate::fit::fit as fit_bands;
 use crate::tuned_file::{
-    FitReport, build_document, no_usable_key, relative_reference, render, test_kind,
-    toml_file_name, write_fitted,
+    FitReport, build_document, no_usable_key, relative_reference, test_kind, toml_file_name,
+    write_fitted,
 };
 use crate::tuned_folder::check_test_destination;
 
@@ -38,33 +38,34 @@ pub struct FitCommandArgs {
 
 /// Where `fit` puts the TOML.
 enum Target {
-    Stdout,
+    /// Standard output, for a file that would be at the path given (where it
+    /// names its evidence from).
+    Stdout(PathBuf),
     File(PathBuf),
 }
 
 impl FitCommandArgs {
     fn target(&self, evidence: &Evidence) -> Result<Target, Error> {
         let file_name = toml_file_name(evidence.platform.arch, evidence.platform.link);
+        // Beside the evidence, without -o and (for naming the evidence) with -o -.
+        let beside = self.evidence.with_file_name(&file_name);
         let Some(out) = &self.out else {
-            return Ok(Target::File(self.evidence.with_file_name(&file_name)));
+            return Ok(Target::File(beside));
         };
         if out.as_os_str() == "-" {
-            return Ok(Target::Stdout);
+            return Ok(Target::Stdout(beside));
         }
         let text = out.to_string_lossy();
         let names_folder = text.ends_with('/') || text.ends_with(std::path::MAIN_SEPARATOR);
-        if names_folder {
-            let folder = Path::new(text.trim_end_matches(['/', std::path::MAIN_SEPARATOR]));
-            if folder.is_file() {
-                return Err(Error::Usage(format!(
-                    "-o {text} names a folder, but {} is a file",
-                    folder.display()
-                )));
-            }
-            return Ok(Target::File(out.join(&file_name)));
+        let folder = Path::new(text.trim_end_matches(['/', std::path::MAIN_SEPARATOR]));
+        if names_folder && folder.is_file() {
+            return Err(Error::Usage(format!(
+                "-o {text} names a folder, but {} is a file",
+                folder.display()
+            )));
         }
-        if out.is_dir() {
-            // A folder (`--out tuned`, as `sweep` takes it): the platform's file in it.
+        // A folder (`--out tuned`, as `sweep` takes it): the platform's file in it.
+        if names_folder || out.is_dir() {
             return Ok(Target::File(out.join(&file_name)));
         }
         Ok(Target::File(out.clone()))
@@ -73,9 +74,9 @@ impl FitCommandArgs {
 
 pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     let settings = args.fit.settings()?;
-    let evidence = Evidence::load(&args.evidence).map_err(|e| Error::Input(e.to_string()))?;
+    let evidence = Evidence::load(&args.evidence).map_err(Error::Input)?;
     let target = args.target(&evidence)?;
-    if args.json && matches!(target, Target::Stdout) {
+    if args.json && matches!(target, Target::Stdout(_)) {
         return Err(Error::Usage(
             "--json and -o - both want standard output (the report, the TOML); write the TOML to a file".to_string(),
         ));
@@ -94,24 +95,18 @@ pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         return Err(Error::Input(no_usable_key(&args.evidence, &result)));
     }
     let toml_path = match target {
-        Target::Stdout => {
-            // Beside the evidence, as without -o: where the printed file
-            // would name its evidence from.
-            let beside = args.evidence.with_file_name(toml_file_name(
-                evidence.platform.arch,
-                evidence.platform.link,
-            ));
+        Target::Stdout(beside) => {
             let reference = relative_reference(&beside, &args.evidence);
             let doc = build_document(&evidence, &result, Some(&reference), Vec::new());
             tuned_schema::validate::validate_documents(std::slice::from_ref(&doc)).map_err(
                 |d| {
-                    Error::Failed(diagnostics(
-                        "the fitted tables would not compile into policy:",
-                        &d,
+                    Error::Failed(format!(
+                        "the fitted tables would not compile into policy:{}",
+                        crate::format::diagnostics(&d)
                     ))
                 },
             )?;
-            write!(out, "{}", render(&doc))?;
+            write!(out, "{}", tuned_schema::write::to_toml_string(&doc))?;
             // The TOML goes to standard output: warnings to standard error.
             for failed in evidence.failed_checks() {
                 eprintln!("tuner: {}", failed.warning());
@@ -120,7 +115,7 @@ pub fn fit(args: &FitCommandArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         }
         Target::File(path) => path,
     };
-    if let Some(kind) = test_kind(&evidence)
+    if let Some(kind) = test_kind(&evidence.platform.backend, evidence.platform.link)
         && !args.force
     {
         check_test_destination(kind, &toml_path).map_err(Error::Usage)?;

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-mod args;
+pub(crate) mod args;
 mod bench;
 mod explain;
 mod fit;
@@ -88,14 +88,26 @@ impl From<std::io::Error> for Error {
     }
 }
 
-/// Diagnostics from `tuned_schema` as one message, one per line.
-fn diagnostics(intro: &str, list: &[tuned_schema::Diagnostic]) -> String {
-    let mut message = intro.to_string();
-    for d in list {
-        message.push_str("\n  ");
-        message.push_str(&d.to_string());
-    }
-    message
+/// The tables a command's `TABLES` argument names (a tuned file or a folder
+/// of them), or without one the tables compiled into policy.
+fn table_set(path: Option<&std::path::Path>) -> Result<crate::tables::TableSet, Error> {
+    path.map_or(Ok(crate::tables::TableSet::Compiled), |path| {
+        crate::tables::TableSet::load(path).map_err(Error::Input)
+    })
+}
+
+/// The tuned file at `path`, parsed and checked on its own; a file that
+/// cannot be read or is not valid is an input error naming it.
+fn read_tuned_file(path: &std::path::Path) -> Result<tuned_schema::Document, Error> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Input(format!("cannot read {shown}: {e}")))?;
+    tuned_schema::validate::parse_document(&shown, &text).map_err(|d| {
+        Error::Input(format!(
+            "{shown} is not a valid tuned file:{}",
+            crate::format::diagnostics(&d)
+        ))
+    })
 }
 
 /// Writes `text` to `path`, naming the path if that fails.

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::args::FitArgs;
-use super::{Error, Exit, diagnostics};
+use super::{Error, Exit, read_tuned_file};
 use crate::evidence::Evidence;
 use crate::fit::fit;
 use crate::plot::{INDEX, plot_evidence};
@@ -37,7 +37,7 @@ pub fn plot(args: &PlotArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         ));
     }
     let settings = args.fit.settings()?;
-    let evidence = Evidence::load(&args.evidence).map_err(|e| Error::Input(e.to_string()))?;
+    let evidence = Evidence::load(&args.evidence).map_err(Error::Input)?;
     if evidence.keys.is_empty() {
         return Err(Error::Input(format!(
             "{}: the evidence has no key, so there is nothing to plot",
@@ -59,7 +59,7 @@ pub fn plot(args: &PlotArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         ))
     });
     check_destination(&folder)?;
-    let staging = staging_folder(&folder);
+    let staging = beside(&folder, "partial");
     std::fs::create_dir_all(&staging)
         .map_err(|e| Error::Failed(format!("cannot create {}: {e}", staging.display())))?;
     let summaries = match plot_evidence(&evidence, &bands, &staging) {
@@ -97,20 +97,13 @@ fn toml_bands(
     path: &Path,
     evidence: &Evidence,
 ) -> Result<BTreeMap<policy::TableKey, Vec<policy::Band>>, Error> {
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::Input(format!("cannot read {shown}: {e}")))?;
-    let doc = tuned_schema::validate::parse_document(&shown, &text).map_err(|d| {
-        Error::Input(diagnostics(
-            &format!("{shown} is not a valid tuned file:"),
-            &d,
-        ))
-    })?;
+    let doc = read_tuned_file(path)?;
     let (want, have) = (&evidence.platform, &doc.platform);
     let answers = have.link == want.link && want.arch.answered_by([have.arch]) == Some(have.arch);
     if !answers {
         return Err(Error::Usage(format!(
-            "--toml {shown} is for {} {}, but the evidence is from {} {}: its bands do not answer that platform",
+            "--toml {} is for {} {}, but the evidence is from {} {}: its bands do not answer that platform",
+            path.display(),
             have.arch,
             have.link.name(),
             want.arch,
@@ -137,12 +130,11 @@ fn check_destination(folder: &Path) -> Result<(), Error> {
         .map_err(|e| Error::Failed(format!("cannot read {}: {e}", folder.display())))?;
     let foreign: Vec<String> = entries
         .filter_map(|e| e.ok())
-        .filter(|e| {
+        .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let figure = name.ends_with(".svg") || name == INDEX;
-            !(figure && e.path().is_file())
+            let figure = (name.ends_with(".svg") || name == INDEX) && e.path().is_file();
+            (!figure).then_some(name)
         })
-        .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     if foreign.is_empty() {
         Ok(())
@@ -155,13 +147,14 @@ fn check_destination(folder: &Path) -> Result<(), Error> {
     }
 }
 
-/// A sibling of `folder` to draw into before it takes `folder`'s place.
-fn staging_folder(folder: &Path) -> PathBuf {
+/// `.<folder's name>.<what>-<pid>` beside `folder`: where a plot is drawn
+/// (`partial`) before it takes `folder`'s place, and where the earlier plot
+/// waits meanwhile (`old`).
+fn beside(folder: &Path, what: &str) -> PathBuf {
     let name = folder
         .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "plots".to_string());
-    folder.with_file_name(format!(".{name}.partial-{}", std::process::id()))
+        .map_or("plots".into(), |n| n.to_string_lossy());
+    folder.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
 }
 
 /// Puts the finished `staging` folder at `folder`, replacing an earlier plot.
@@ -171,14 +164,7 @@ fn replace_folder(staging: &Path, folder: &Path) -> Result<(), Error> {
         Error::Failed(format!("cannot {what} {}: {e}", folder.display()))
     };
     if folder.exists() {
-        let old = folder.with_file_name(format!(
-            ".{}.old-{}",
-            folder
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            std::process::id()
-        ));
+        let old = beside(folder, "old");
         std::fs::rename(folder, &old).map_err(|e| failed("move aside", e))?;
         if let Err(e) = std::fs::rename(staging, folder) {
             let _ = std::fs::rename(&old, folder);

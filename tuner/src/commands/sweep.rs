@@ -13,7 +13,7 @@ use crate::observe::RunStatus;
 use crate::progress::{Progress, install_ctrl_c};
 use crate::sweep::{SweepSettings, plan, sweep as run_sweep};
 use crate::tuned_file::{
-    FitReport, WriteFailure, evidence_file_name, file_stem, toml_file_name, write_fitted,
+    FitReport, WriteFailure, evidence_file_name, file_stem, test_kind, toml_file_name, write_fitted,
 };
 use crate::tuned_folder::{check_folder, check_test_destination};
 use policy::Collective;
@@ -101,26 +101,24 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     args.keys.check()?;
     // Only a real platform's measurements may land in tuned/ by default: every
     // file there is compiled into `policy`.
+    let refused = |why: &str| Err(Error::Usage(why.to_string()));
     let out_dir = match (&args.out, args.backend.synthetic, args.backend.loopback) {
         (Some(dir), _, _) if dir.as_os_str() == "-" => {
-            return Err(Error::Usage(
-                "--out - is not possible: a sweep writes two files (the TOML and its evidence) into a folder"
-                    .to_string(),
-            ));
+            return refused(
+                "--out - is not possible: a sweep writes two files (the TOML and its evidence) into a folder",
+            );
         }
         (Some(dir), _, _) => dir.clone(),
         (None, false, false) => PathBuf::from("tuned"),
         (None, true, _) => {
-            return Err(Error::Usage(
-                "--synthetic needs --out: synthetic tables must never replace real ones in tuned/"
-                    .to_string(),
-            ));
+            return refused(
+                "--synthetic needs --out: synthetic tables must never replace real ones in tuned/",
+            );
         }
         (None, false, true) => {
-            return Err(Error::Usage(
-                "--loopback needs --out: a loopback world validates kernels, not a platform, so its table does not belong in tuned/"
-                    .to_string(),
-            ));
+            return refused(
+                "--loopback needs --out: a loopback world validates kernels, not a platform, so its table does not belong in tuned/",
+            );
         }
     };
     if args.samples < 5 {
@@ -137,27 +135,10 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
     // Everything that could stop the results from being written is checked
     // now, before minutes of measuring.
     let synthetic = platform.backend == "synthetic";
-    let kind = match (synthetic, link) {
-        (true, _) => Some("synthetic"),
-        (false, policy::Link::Loopback) => Some("loopback"),
-        (false, _) => None,
-    };
-    let destination = Destination {
-        out_dir: &out_dir,
-        toml_path: &toml_path,
-        arch,
-        link,
-    };
-    destination.prepare(kind.filter(|_| !args.force), !args.dry_run)?;
-    let estimate = if synthetic {
-        // The model's latencies are not spent: the sweep takes a fraction of this.
-        format!(
-            "{} of modelled GPU time, which the synthetic model does not spend",
-            format::duration(plan.estimated_seconds)
-        )
-    } else {
-        format!("estimated {}", format::duration(plan.estimated_seconds))
-    };
+    let kind = test_kind(&platform.backend, link).filter(|_| !args.force);
+    prepare(&out_dir, &toml_path, (arch, link), kind, !args.dry_run)?;
+    // The model's latencies are not spent: the sweep takes a fraction of this.
+    let estimate = format::estimate(plan.estimated_seconds, synthetic);
     writeln!(
         out,
         "{} ({} {}, {} backend): {} keys, {} grid points, {estimate}",
@@ -243,22 +224,15 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         .contains(&Collective::AllReduceAddRmsNorm)
         && args.hidden.len() > 1
     {
-        let first = &result.keys;
-        let mut progress = Progress::new(install_ctrl_c(), !args.no_progress);
-        return other_hidden_sizes(&mut *backend, &settings, args, first, &mut progress, out);
+        return other_hidden_sizes(&mut *backend, args, &result.keys, out);
     }
     Ok(Exit::Ok)
 }
 
 /// `--hidden`: at least one size, each one kernels take, none twice.
 fn check_hidden(hidden: &[usize]) -> Result<(), Error> {
-    let (low, high, step) = (policy::HIDDEN_MIN, policy::HIDDEN_MAX, policy::HIDDEN_STEP);
     for (i, &h) in hidden.iter().enumerate() {
-        if !(low..=high).contains(&h) || !h.is_multiple_of(step) {
-            return Err(Error::Usage(format!(
-                "--hidden {h}: a row is a multiple of {step} elements in {low}..={high}"
-            )));
-        }
+        crate::hidden::check(h).map_err(Error::Usage)?;
         if hidden[..i].contains(&h) {
             return Err(Error::Usage(format!("--hidden names {h} twice")));
         }
@@ -274,17 +248,16 @@ fn check_hidden(hidden: &[usize]) -> Result<(), Error> {
 /// the crossovers move ([`crate::hidden`]). Nothing is written.
 fn other_hidden_sizes(
     backend: &mut dyn crate::backend::Backend,
-    settings: &SweepSettings,
     args: &SweepArgs,
     first: &[crate::fit::KeyFit],
-    progress: &mut Progress,
     out: &mut dyn Write,
 ) -> Result<Exit, Error> {
     let fit_settings = args.fit.settings()?;
     let fused = SweepSettings {
         collectives: vec![Collective::AllReduceAddRmsNorm],
-        ..settings.clone()
+        ..args.settings()
     };
+    let mut progress = Progress::new(install_ctrl_c(), !args.no_progress);
     writeln!(
         out,
         "all_reduce_add_rmsnorm at other hidden sizes (the tables above: hidden {}):",
@@ -294,7 +267,7 @@ fn other_hidden_sizes(
     for &hidden in &args.hidden[1..] {
         backend.use_hidden(hidden);
         let outcome =
-            run_sweep(backend, &fused, &crate::today_utc(), progress).map_err(Error::Usage)?;
+            run_sweep(backend, &fused, &crate::today_utc(), &mut progress).map_err(Error::Usage)?;
         match outcome.status {
             RunStatus::Complete => {}
             RunStatus::Interrupted => {
@@ -348,43 +321,36 @@ fn other_hidden_sizes(
     Ok(Exit::Ok)
 }
 
-/// Where a sweep's tables go.
-struct Destination<'a> {
-    out_dir: &'a Path,
-    toml_path: &'a Path,
-    arch: policy::Arch,
-    link: policy::Link,
-}
-
-impl Destination<'_> {
-    /// Checks, before anything is measured, that the tables can be written:
-    /// `out_dir` is a folder (created now when `create`) this process can
-    /// write, whose `*.toml` files `policy-macros` could compile with the new
-    /// one, with no file at the TOML's path that does not parse; and tables
-    /// of a `test_kind` (synthetic, loopback) are not headed for a folder of
-    /// real tables ([`check_test_destination`]).
-    fn prepare(&self, test_kind: Option<&str>, create: bool) -> Result<(), Error> {
-        if self.out_dir.exists() && !self.out_dir.is_dir() {
-            return Err(Error::Usage(format!(
-                "--out {} is a file; a sweep writes <arch>-<link>.toml and its evidence into a folder",
-                self.out_dir.display()
-            )));
-        }
-        if let Some(kind) = test_kind {
-            check_test_destination(kind, self.toml_path).map_err(Error::Usage)?;
-        }
-        check_folder(self.toml_path, self.arch, self.link).map_err(Error::Input)?;
-        if create {
-            std::fs::create_dir_all(self.out_dir).map_err(|e| {
-                Error::Failed(format!(
-                    "cannot create folder {}: {e}",
-                    self.out_dir.display()
-                ))
-            })?;
-            writable(self.out_dir, self.toml_path)?;
-        }
-        Ok(())
+/// Checks, before anything is measured, that the tables of `platform` can
+/// be written to `toml_path`: `out_dir` is a folder (created now when
+/// `create`) this process can write, whose `*.toml` files `policy-macros`
+/// could compile with the new one, with no file at the TOML's path that does
+/// not parse; and tables of a `test_kind` (synthetic, loopback) are not
+/// headed for a folder of real tables ([`check_test_destination`]).
+fn prepare(
+    out_dir: &Path,
+    toml_path: &Path,
+    (arch, link): (policy::Arch, policy::Link),
+    test_kind: Option<&str>,
+    create: bool,
+) -> Result<(), Error> {
+    if out_dir.exists() && !out_dir.is_dir() {
+        return Err(Error::Usage(format!(
+            "--out {} is a file; a sweep writes <arch>-<link>.toml and its evidence into a folder",
+            out_dir.display()
+        )));
     }
+    if let Some(kind) = test_kind {
+        check_test_destination(kind, toml_path).map_err(Error::Usage)?;
+    }
+    check_folder(toml_path, arch, link).map_err(Error::Input)?;
+    if create {
+        std::fs::create_dir_all(out_dir).map_err(|e| {
+            Error::Failed(format!("cannot create folder {}: {e}", out_dir.display()))
+        })?;
+        writable(out_dir, toml_path)?;
+    }
+    Ok(())
 }
 
 /// Whether files can be created in `folder` and an existing TOML replaced.

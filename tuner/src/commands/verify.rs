@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::args::{BackendArgs, KeyArgs};
-use super::{Error, Exit, diagnostics};
+use super::{Error, Exit, read_tuned_file};
 use crate::backend::Repetitions;
 use crate::candidates::Effort;
 use crate::progress::{Progress, install_ctrl_c};
@@ -72,12 +72,6 @@ fn check_arguments(args: &VerifyArgs) -> Result<(), Error> {
             args.alpha
         )));
     }
-    if args.keys.min_bytes == 0 || args.keys.min_bytes > args.keys.max_bytes {
-        return Err(Error::Input(format!(
-            "invalid size range: --min-bytes {} must be above 0 and at most --max-bytes {}",
-            args.keys.min_bytes, args.keys.max_bytes
-        )));
-    }
     for (flag, pct) in [
         ("--max-median-regret-pct", args.max_median_regret_pct),
         ("--max-worst-regret-pct", args.max_worst_regret_pct),
@@ -92,18 +86,11 @@ fn check_arguments(args: &VerifyArgs) -> Result<(), Error> {
 }
 
 pub fn verify(args: &VerifyArgs, out: &mut dyn Write) -> Result<Exit, Error> {
+    args.keys.check()?;
     check_arguments(args)?;
     // The file next: a bad path or a malformed file is reported as such on
     // any machine, with or without a GPU.
-    let path = args.toml.display().to_string();
-    let text = std::fs::read_to_string(&args.toml)
-        .map_err(|e| Error::Input(format!("cannot read {path}: {e}")))?;
-    let doc = tuned_schema::validate::parse_document(&path, &text).map_err(|d| {
-        Error::Input(diagnostics(
-            &format!("{path} is not a valid tuned file:"),
-            &d,
-        ))
-    })?;
+    let doc = read_tuned_file(&args.toml)?;
     // Then the GPU: without one nothing else matters, and the user is told so
     // in one line.
     let mut backend = args.backend.open(None)?;
@@ -141,7 +128,8 @@ pub fn verify(args: &VerifyArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         (crate::observe::RunStatus::Interrupted, _) => Ok(Exit::Interrupted),
         (crate::observe::RunStatus::Failed(e), _) => Err(Error::Failed(e.clone())),
         (_, None) => Err(Error::Input(format!(
-            "nothing to judge in {path}: {}",
+            "nothing to judge in {}: {}",
+            args.toml.display(),
             report
                 .nothing_judged
                 .as_deref()

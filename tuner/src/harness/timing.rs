@@ -50,6 +50,18 @@ pub struct TimingSpec {
     pub hidden: usize,
 }
 
+impl TimingSpec {
+    /// The forced call it times.
+    fn call(&self) -> Call {
+        Call {
+            collective: self.collective,
+            algo: self.algo,
+            bytes: self.bytes,
+            hidden: self.hidden,
+        }
+    }
+}
+
 /// Microseconds per call for each sample, each the maximum over ranks.
 pub fn measure(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
     match spec.dtype {
@@ -101,30 +113,18 @@ struct Call {
 /// world: every rank but the last issues one forced call, and the last never
 /// does, like a peer whose host stalled. The others' kernels wait for it until
 /// the world's timeout, so the world breaks; the result is the error the
-/// first rank's `check()` reports (for a custom kernel, its timeout).
-pub fn stall_last_rank(
-    ranks: &mut [RankComm],
-    collective: Collective,
-    dtype: DType,
-    algo: Algo,
-    bytes: u64,
-    hidden: usize,
-) -> Result<()> {
-    let call = Call {
-        collective,
-        algo,
-        bytes,
-        hidden,
-    };
-    match dtype {
-        DType::Bf16 => stall_typed::<bf16>(ranks, call),
-        DType::F16 => stall_typed::<f16>(ranks, call),
-        DType::F32 => stall_typed::<f32>(ranks, call),
+/// first rank's `check()` reports (for a custom kernel, its timeout). The call
+/// is `spec`'s; its timing fields are not used.
+pub fn stall_last_rank(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<()> {
+    match spec.dtype {
+        DType::Bf16 => stall_typed::<bf16>(ranks, spec.call()),
+        DType::F16 => stall_typed::<f16>(ranks, spec.call()),
+        DType::F32 => stall_typed::<f32>(ranks, spec.call()),
     }
 }
 
 fn stall_typed<T: Element>(ranks: &mut [RankComm], call: Call) -> Result<()> {
-    ensure_runs(ranks, call.collective, T::DTYPE, call.algo, call.bytes)?;
+    ensure_runs::<T>(ranks, call)?;
     let tensors = call_tensors::<T>(ranks, call, 7)?.0;
     let stalled = ranks.len() - 1;
     let results = for_each_rank(ranks, tensors, |rank, mut t, _| {
@@ -174,13 +174,8 @@ pub fn fused_tokens(dtype: DType, bytes: u64, hidden: usize) -> Result<usize> {
     Ok((bytes / row) as usize)
 }
 
-fn ensure_runs(
-    ranks: &[RankComm],
-    collective: Collective,
-    dtype: DType,
-    algo: Algo,
-    bytes: u64,
-) -> Result<()> {
+/// Every rank of the world is given, and the world takes `call` of `T`s.
+fn ensure_runs<T: Element>(ranks: &[RankComm], call: Call) -> Result<()> {
     let first = ranks
         .first()
         .ok_or_else(|| Error::Mismatch("no ranks to run on".into()))?;
@@ -191,13 +186,13 @@ fn ensure_runs(
             first.world_size()
         )));
     }
-    match first.would_decline(collective, algo, bytes) {
+    match first.would_decline(call.collective, call.algo, call.bytes) {
         None => Ok(()),
         Some(reason) => Err(Error::Declined {
-            collective,
-            algo,
-            dtype,
-            bytes,
+            collective: call.collective,
+            algo: call.algo,
+            dtype: T::DTYPE,
+            bytes: call.bytes,
             reason: reason.to_string(),
         }),
     }
@@ -319,20 +314,25 @@ fn call_once<T: Element>(
     }
 }
 
+/// `n` forced calls, one after another.
+fn call_n<T: Element>(
+    rank: &RankComm,
+    collective: Collective,
+    t: &mut Tensors<T>,
+    how: Select,
+    n: u32,
+) -> Result<()> {
+    (0..n).try_for_each(|_| call_once(rank, collective, t, how).map(drop))
+}
+
 fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
     if spec.samples == 0 || spec.calls_per_sample == 0 {
         return Err(Error::Mismatch(
             "samples and calls_per_sample must be at least 1".into(),
         ));
     }
-    ensure_runs(ranks, spec.collective, spec.dtype, spec.algo, spec.bytes)?;
-    let call = Call {
-        collective: spec.collective,
-        algo: spec.algo,
-        bytes: spec.bytes,
-        hidden: spec.hidden,
-    };
-    let tensors = call_tensors::<T>(ranks, call, spec.bytes ^ 0x5eed)?.0;
+    ensure_runs::<T>(ranks, spec.call())?;
+    let tensors = call_tensors::<T>(ranks, spec.call(), spec.bytes ^ 0x5eed)?.0;
     let how = Select::Force(spec.algo);
     let per_rank = for_each_rank(ranks, tensors, |rank, mut t, barrier| {
         let stream = rank.stream().clone();
@@ -345,49 +345,35 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
             })
             .collect::<Result<Vec<_>>>()?;
         let calls = spec.calls_per_sample;
-        match spec.mode {
+        let graph = match spec.mode {
             Mode::Eager => {
-                for _ in 0..spec.warmup {
-                    call_once(rank, spec.collective, &mut t, how)?;
-                }
-                rank.check()?;
-                barrier.wait(rank.rank())?;
-                // One untimed round absorbs the skew of the threads' start.
-                for _ in 0..calls {
-                    call_once(rank, spec.collective, &mut t, how)?;
-                }
-                marks[0]
-                    .record(&stream)
-                    .during("recording a timing event")?;
-                for mark in &marks[1..] {
-                    for _ in 0..calls {
-                        call_once(rank, spec.collective, &mut t, how)?;
-                    }
-                    mark.record(&stream).during("recording a timing event")?;
-                }
+                call_n(rank, spec.collective, &mut t, how, spec.warmup)?;
+                None
             }
             Mode::Graph => {
-                let graph = rank.capture(|r| {
-                    for _ in 0..calls {
-                        call_once(r, spec.collective, &mut t, how)?;
-                    }
-                    Ok(())
-                })?;
+                let graph = rank.capture(|r| call_n(r, spec.collective, &mut t, how, calls))?;
                 graph.upload()?;
                 for _ in 0..spec.warmup.max(1) {
                     graph.launch()?;
                 }
-                rank.check()?;
-                barrier.wait(rank.rank())?;
-                graph.launch()?;
-                marks[0]
-                    .record(&stream)
-                    .during("recording a timing event")?;
-                for mark in &marks[1..] {
-                    graph.launch()?;
-                    mark.record(&stream).during("recording a timing event")?;
-                }
+                Some(graph)
             }
+        };
+        // A sample: one replay of the graph, or as many eager calls.
+        let mut sample = || match &graph {
+            Some(graph) => graph.launch(),
+            None => call_n(rank, spec.collective, &mut t, how, calls),
+        };
+        rank.check()?;
+        barrier.wait(rank.rank())?;
+        // One untimed sample absorbs the skew of the threads' start.
+        sample()?;
+        marks[0]
+            .record(&stream)
+            .during("recording a timing event")?;
+        for mark in &marks[1..] {
+            sample()?;
+            mark.record(&stream).during("recording a timing event")?;
         }
         let mut samples = Vec::with_capacity(spec.samples as usize);
         for pair in marks.windows(2) {
@@ -411,7 +397,7 @@ fn validate_typed<T: Element>(ranks: &mut [RankComm], call: Call, seed: u64) -> 
         bytes,
         ..
     } = call;
-    ensure_runs(ranks, collective, T::DTYPE, algo, bytes)?;
+    ensure_runs::<T>(ranks, call)?;
     let world = ranks.len();
     let (tensors, inputs, case) = call_tensors::<T>(ranks, call, seed)?;
     let fallback = ranks[0].fallback_kind();
@@ -445,49 +431,36 @@ fn validate_typed<T: Element>(ranks: &mut [RankComm], call: Call, seed: u64) -> 
     if results.iter().any(|(r, _, _)| *r != ran) {
         return Err(describe(0, ran, "ranks ran different algorithms".into()));
     }
-    if let Some(case) = case {
-        // Every rank's outputs are ours (custom kernels, or the unfused
-        // path's kernel on the sums): bitwise identical unless NCCL across
-        // GPUs summed them.
-        let path = SumPath::of(ran, inner);
-        let nccl_sums = ran == Algo::Unfused && !inner.is_kernel() && fallback == Fallback::Nccl;
-        let ranks_to_check = if nccl_sums && world > 1 { world } else { 1 };
-        if ranks_to_check == 1 {
-            let outputs: Vec<&[T]> = results.iter().map(|(_, o, _)| o.as_slice()).collect();
-            let residuals: Vec<&[T]> = results.iter().map(|(_, _, r)| r.as_slice()).collect();
-            validation::check_identical(&outputs)
-                .and_then(|()| validation::check_identical(&residuals))
-                .map_err(|problem| describe(0, ran, problem))?;
-        }
-        let extra = if nccl_sums { world - 1 } else { 0 };
-        for (rank, (_, output, residual)) in results.iter().enumerate().take(ranks_to_check) {
-            case.check(path, extra, residual, output)
-                .map_err(|problem| describe(rank, ran, problem))?;
-        }
-        return Ok(());
-    }
-    // NCCL on a window is NCCL too: its reduction order is its own.
-    let real_nccl = !ran.is_kernel() && fallback == Fallback::Nccl && world > 1;
-    let check = |rank: usize| {
-        let output = &results[rank].1;
-        let pushed = kernels::raw::sentinel_rule(ran) != kernels::raw::SentinelRule::None;
-        match collective {
-            Collective::AllReduce => {
-                validation::check_all_reduce_of(ran, real_nccl, &inputs, output)
-            }
-            Collective::AllGather => validation::check_all_gather(&inputs, output, pushed),
-            Collective::AllReduceAddRmsNorm => Err("a fused call without its case".into()),
-        }
-        .map_err(|problem| describe(rank, ran, problem))
+    // NCCL across GPUs (on a window too) sums in its own order and does not
+    // promise identical bits on every rank: each rank is checked on its own.
+    // Every other result (custom kernels, the unfused path's kernel on sums
+    // of ours) must be bitwise identical on every rank, so checking rank 0
+    // suffices.
+    let nccl_sums = match case {
+        Some(_) => ran == Algo::Unfused && !inner.is_kernel(),
+        None => !ran.is_kernel(),
     };
-    // Multi-GPU NCCL does not promise identical bits on every rank: check each.
-    // Everything else must be bitwise identical, so checking rank 0 suffices.
-    if real_nccl {
-        (0..world).try_for_each(check)?;
+    let nccl_across_gpus = nccl_sums && fallback == Fallback::Nccl && world > 1;
+    if !nccl_across_gpus {
+        let outputs: Vec<&[T]> = results.iter().map(|(_, o, _)| o.as_slice()).collect();
+        let residuals: Vec<&[T]> = results.iter().map(|(_, _, r)| r.as_slice()).collect();
+        validation::check_identical(&outputs)
+            .and_then(|()| validation::check_identical(&residuals))
+            .map_err(|problem| describe(0, ran, problem))?;
+    }
+    let path = SumPath::of(ran, inner);
+    // NCCL's partial sums are rounded once per hop.
+    let (extra, ranks_to_check) = if nccl_across_gpus {
+        (world - 1, world)
     } else {
-        let outputs: Vec<&[T]> = results.iter().map(|(_, out, _)| out.as_slice()).collect();
-        validation::check_identical(&outputs).map_err(|problem| describe(0, ran, problem))?;
-        check(0)?;
+        (0, 1)
+    };
+    for (rank, (_, output, residual)) in results.iter().enumerate().take(ranks_to_check) {
+        match &case {
+            Some(case) => case.check(path, extra, residual, output),
+            None => validation::check_result(collective, ran, nccl_across_gpus, &inputs, output),
+        }
+        .map_err(|problem| describe(rank, ran, problem))?;
     }
     Ok(())
 }
@@ -564,8 +537,6 @@ pub struct DeviceInfo {
     pub ordinal: usize,
     pub name: String,
     pub arch: Arch,
-    pub sm_count: u32,
-    pub memory_bytes: usize,
     /// `(peer ordinal, link)` for every other GPU.
     pub links: Vec<(usize, PairLink)>,
 }
@@ -598,8 +569,6 @@ pub fn discover() -> Result<Vec<DeviceInfo>> {
             ordinal: i,
             name: ctx.name().during("querying the GPU name")?,
             arch: arch_of(ctx)?,
-            sm_count: sm_count(ctx)?,
-            memory_bytes: ctx.total_mem().during("querying GPU memory")?,
             links,
         });
     }

@@ -20,7 +20,7 @@ use rand_chacha::ChaCha8Rng;
 
 use kernels::Element;
 use kernels::raw::{MAX_WORLD, SentinelRule, replace_sentinel_words, sentinel_rule};
-use policy::{Algo, DType};
+use policy::{Algo, Collective, DType};
 
 /// Byte written over outputs before a run, so an output the kernel never wrote
 /// cannot pass for a result: 0x5A5A is 1.5e16 as bf16, 203.25 as f16, and
@@ -106,10 +106,7 @@ fn special_values<T: Element>() -> Vec<T> {
 /// `data` with the push algorithms' sentinel substitution applied.
 pub fn sentinel_substituted<T: Element>(data: &[T]) -> Vec<T> {
     let size = std::mem::size_of::<T>();
-    let mut bytes: Vec<u8> = data
-        .iter()
-        .flat_map(|x| x.to_bits().to_le_bytes().into_iter().take(size))
-        .collect();
+    let mut bytes = le_bytes(data);
     replace_sentinel_words(&mut bytes);
     bytes
         .chunks_exact(size)
@@ -118,6 +115,14 @@ pub fn sentinel_substituted<T: Element>(data: &[T]) -> Vec<T> {
             word[..size].copy_from_slice(c);
             T::from_bits(u32::from_le_bytes(word))
         })
+        .collect()
+}
+
+/// The bytes of `data` as they lie in device memory (little-endian).
+pub fn le_bytes<T: Element>(data: &[T]) -> Vec<u8> {
+    let size = std::mem::size_of::<T>();
+    data.iter()
+        .flat_map(|x| x.to_bits().to_le_bytes().into_iter().take(size))
         .collect()
 }
 
@@ -175,6 +180,27 @@ pub fn check_all_reduce_of<T: Element>(
     }
 }
 
+/// The check of an all-reduce's or an all-gather's `output` that `ran`
+/// produced: [`check_all_reduce_of`] (`nccl_across_gpus` as there), or
+/// [`check_all_gather`] with `ran`'s sentinel substitution.
+pub fn check_result<T: Element>(
+    collective: Collective,
+    ran: Algo,
+    nccl_across_gpus: bool,
+    inputs: &[Vec<T>],
+    output: &[T],
+) -> Result<(), String> {
+    match collective {
+        Collective::AllReduce => check_all_reduce_of(ran, nccl_across_gpus, inputs, output),
+        Collective::AllGather => {
+            check_all_gather(inputs, output, sentinel_rule(ran) != SentinelRule::None)
+        }
+        Collective::AllReduceAddRmsNorm => {
+            Err("a fused call is checked against its AddRmsNormCase".into())
+        }
+    }
+}
+
 /// The all-reduce check with `extra_roundings` roundings of partial sums to
 /// the dtype on top of the final one.
 fn check_all_reduce_rounded<T: Element>(
@@ -183,11 +209,7 @@ fn check_all_reduce_rounded<T: Element>(
     rule: SentinelRule,
     extra_roundings: usize,
 ) -> Result<(), String> {
-    let inputs: Vec<Vec<T>> = if rule != SentinelRule::None {
-        inputs.iter().map(|x| sentinel_substituted(x)).collect()
-    } else {
-        inputs.to_vec()
-    };
+    let inputs = substituted(inputs, rule);
     let len = output.len();
     if inputs.iter().any(|x| x.len() != len) {
         return Err("inputs and output differ in length".into());
@@ -195,65 +217,82 @@ fn check_all_reduce_rounded<T: Element>(
     if inputs.is_empty() || inputs.len() > MAX_WORLD {
         return Err(format!("{} ranks: expected 1..={MAX_WORLD}", inputs.len()));
     }
-    let world = inputs.len() as f64;
-    let (rel, abs) = output_slack(T::DTYPE);
-    let mut failures = Vec::new();
-    let mut failed = 0usize;
-    let mut column = [0f64; MAX_WORLD];
-    let world_len = inputs.len();
+    let sums_substituted = rule == SentinelRule::InputsAndSums && T::DTYPE.size_bytes() == 2;
+    let mut failures = Failures::default();
+    let mut buffer = [0f64; MAX_WORLD];
+    let column = &mut buffer[..inputs.len()];
     for i in 0..len {
         for (slot, input) in column.iter_mut().zip(&inputs) {
             *slot = input[i].to_f64();
         }
-        let column = &column[..world_len];
         let got = output[i].to_f64();
-        let exact: f64 = column[1..].iter().fold(column[0], |acc, v| acc + v);
-        let ok = if exact.is_nan() {
-            got.is_nan()
-        } else if column.iter().all(|v| *v == 0.0) {
-            // Exact, sign included: -0.0 only when every input is -0.0, unless
-            // the sums are sent as Lamport data and this -0.0 completes a
-            // sentinel word: (+0.0, -0.0) at an even index of a 16-bit type,
-            // which every rank then holds as (+0.0, +0.0).
-            let mut negative = column.iter().all(|v| v.is_sign_negative());
-            if negative
-                && rule == SentinelRule::InputsAndSums
-                && T::DTYPE.size_bytes() == 2
-                && i % 2 == 1
-                && output[i - 1].to_bits() == 0
-            {
-                negative = false;
-            }
-            got == 0.0 && got.is_sign_negative() == negative
-        } else if exact.is_infinite() || T::from_f64(exact).to_f64().is_infinite() {
-            got == T::from_f64(exact).to_f64()
-        } else {
-            let magnitude: f64 = column.iter().map(|v| v.abs()).sum();
-            let tolerance = world * 2f64.powi(-24) * magnitude
-                + rel * exact.abs()
-                + extra_roundings as f64 * (rel * magnitude + abs)
-                + 2.0 * abs;
-            got.is_finite() && (got - exact).abs() <= tolerance
-        };
-        if !ok {
-            failed += 1;
-            if failures.len() < 5 {
-                failures.push(format!(
-                    "[{i}] inputs {:?} -> expected {exact:e}, got {got:e} (bits {:#x})",
-                    column,
+        // -0.0 only when every input is -0.0, unless the sums are sent as
+        // Lamport data and this -0.0 completes a sentinel word: (+0.0, -0.0)
+        // at an even index of a 16-bit type, which every rank then holds as
+        // (+0.0, +0.0).
+        let word_zeroed = sums_substituted && i % 2 == 1 && output[i - 1].to_bits() == 0;
+        let zero_ok = |negative: bool| got.is_sign_negative() == (negative && !word_zeroed);
+        if !sum_matches::<T>(column, got, extra_roundings, zero_ok) {
+            failures.add(|| {
+                format!(
+                    "[{i}] inputs {column:?} -> expected {:e}, got {got:e} (bits {:#x})",
+                    exact_sum(column),
                     output[i].to_bits()
-                ));
-            }
+                )
+            });
         }
     }
-    if failed == 0 {
-        Ok(())
+    failures.into_result::<T>(len)
+}
+
+/// Every rank's inputs as the algorithm's Lamport data delivers them (see
+/// the module docs).
+fn substituted<T: Element>(inputs: &[Vec<T>], rule: SentinelRule) -> Vec<Vec<T>> {
+    match rule {
+        SentinelRule::None => inputs.to_vec(),
+        _ => inputs.iter().map(|x| sentinel_substituted(x)).collect(),
+    }
+}
+
+/// The exact sum of `column`, in order (rank order, then the residual).
+fn exact_sum(column: &[f64]) -> f64 {
+    column[1..].iter().fold(column[0], |acc, v| acc + v)
+}
+
+/// Whether `got` is the sum of `column` as kernels that sum in f32 and round
+/// once to `T` give it, with `extra_roundings` roundings of partial sums on
+/// top: NaN for a NaN sum, the infinity the sum rounds to, a zero when every
+/// addend is one (`zero_ok` judges its sign, given whether every addend is
+/// -0.0), anything else within the summation's and the roundings' error.
+fn sum_matches<T: Element>(
+    column: &[f64],
+    got: f64,
+    extra_roundings: usize,
+    zero_ok: impl FnOnce(bool) -> bool,
+) -> bool {
+    if column.iter().all(|v| *v == 0.0) {
+        return got == 0.0 && zero_ok(column.iter().all(|v| v.is_sign_negative()));
+    }
+    let exact = exact_sum(column);
+    let (rel, abs) = output_slack(T::DTYPE);
+    let magnitude: f64 = column.iter().map(|v| v.abs()).sum();
+    let tolerance = column.len() as f64 * 2f64.powi(-24) * magnitude
+        + rel * exact.abs()
+        + extra_roundings as f64 * (rel * magnitude + abs)
+        + 2.0 * abs;
+    close::<T>(exact, got, tolerance)
+}
+
+/// Whether `got` is `expected` as `T` holds it: NaN for NaN, exactly the
+/// infinity `expected` is or rounds to, anything else within `tolerance`.
+fn close<T: Element>(expected: f64, got: f64, tolerance: f64) -> bool {
+    let rounded = T::from_f64(expected).to_f64();
+    if expected.is_nan() {
+        got.is_nan()
+    } else if expected.is_infinite() || rounded.is_infinite() {
+        got == rounded
     } else {
-        Err(format!(
-            "{failed} of {len} {} elements wrong; first: {}",
-            T::DTYPE.name(),
-            failures.join("; ")
-        ))
+        got.is_finite() && (got - expected).abs() <= tolerance
     }
 }
 
@@ -387,20 +426,11 @@ impl<T: Element> AddRmsNormCase<T> {
     }
 
     fn check_sums(&self, path: SumPath, extra_roundings: usize, x: &[T]) -> Result<(), String> {
-        let inputs: Vec<Vec<T>> = match path.rule() {
-            SentinelRule::None => self.inputs.clone(),
-            _ => self
-                .inputs
-                .iter()
-                .map(|i| sentinel_substituted(i))
-                .collect(),
-        };
+        let inputs = substituted(&self.inputs, path.rule());
         let unfused = matches!(path, SumPath::Unfused(_));
         let sums_substituted =
             path.rule() == SentinelRule::InputsAndSums && T::DTYPE.size_bytes() == 2;
         let extra = extra_roundings + usize::from(unfused);
-        let columns = inputs.len() + 1;
-        let (rel, abs) = output_slack(T::DTYPE);
         let mut failures = Failures::default();
         for i in 0..x.len() {
             let column: Vec<f64> = inputs
@@ -409,15 +439,11 @@ impl<T: Element> AddRmsNormCase<T> {
                 .chain([self.residual[i].to_f64()])
                 .collect();
             let got = x[i].to_f64();
-            let exact: f64 = column[1..].iter().fold(column[0], |acc, v| acc + v);
-            let ok = if exact.is_nan() {
-                got.is_nan()
-            } else if column.iter().all(|v| *v == 0.0) {
-                let negative = column.iter().all(|v| v.is_sign_negative());
-                // A sentinel word (+0.0, -0.0) of sums is stored as (+0.0, +0.0):
-                // of x itself (a fused kernel), or of the all-reduce's sums
-                // before the residual's -0.0 is added (the unfused path).
-                let word_zeroed = sums_substituted
+            // A sentinel word (+0.0, -0.0) of sums is stored as (+0.0, +0.0):
+            // of x itself (a fused kernel), or of the all-reduce's sums
+            // before the residual's -0.0 is added (the unfused path).
+            let word_zeroed = || {
+                sums_substituted
                     && i % 2 == 1
                     && if unfused {
                         inputs
@@ -427,23 +453,16 @@ impl<T: Element> AddRmsNormCase<T> {
                             == 0.0
                     } else {
                         x[i - 1].to_bits() == 0
-                    };
-                got == 0.0 && (got.is_sign_negative() == negative || (negative && word_zeroed))
-            } else if exact.is_infinite() || T::from_f64(exact).to_f64().is_infinite() {
-                got == T::from_f64(exact).to_f64()
-            } else {
-                let magnitude: f64 = column.iter().map(|v| v.abs()).sum();
-                let tolerance = columns as f64 * 2f64.powi(-24) * magnitude
-                    + rel * exact.abs()
-                    + extra as f64 * (rel * magnitude + abs)
-                    + 2.0 * abs;
-                got.is_finite() && (got - exact).abs() <= tolerance
+                    }
             };
-            if !ok {
+            let zero_ok =
+                |negative: bool| got.is_sign_negative() == negative || (negative && word_zeroed());
+            if !sum_matches::<T>(&column, got, extra, zero_ok) {
                 failures.add(|| {
                     format!(
-                        "[{i}] inputs and residual {column:?} -> expected {exact:e}, got {got:e} \
+                        "[{i}] inputs and residual {column:?} -> expected {:e}, got {got:e} \
                          (bits {:#x})",
+                        exact_sum(&column),
                         x[i].to_bits()
                     )
                 });
@@ -465,16 +484,8 @@ impl<T: Element> AddRmsNormCase<T> {
             for (k, ((xv, w), got)) in xs.iter().zip(&self.weight).zip(outs).enumerate() {
                 let expected = xv.to_f64() * scale * w.to_f64();
                 let got = got.to_f64();
-                let rounded = T::from_f64(expected).to_f64();
-                let ok = if expected.is_nan() {
-                    got.is_nan()
-                } else if expected.is_infinite() || rounded.is_infinite() {
-                    got == rounded
-                } else {
-                    let tolerance = (rel + NORM_F32_SLACK) * expected.abs() + 2.0 * abs;
-                    got.is_finite() && (got - expected).abs() <= tolerance
-                };
-                if !ok {
+                let tolerance = (rel + NORM_F32_SLACK) * expected.abs() + 2.0 * abs;
+                if !close::<T>(expected, got, tolerance) {
                     failures.add(|| {
                         format!(
                             "[row {row}, {k}] x {:e}, weight {:e}, row scale {scale:e} -> \
@@ -539,15 +550,14 @@ pub fn check_all_gather<T: Element>(
         } else {
             input.clone()
         };
-        if let Some(j) =
-            (0..expected.len()).find(|&j| expected[j].to_bits() != output[offset + j].to_bits())
-        {
-            let bad = (0..expected.len())
-                .filter(|&j| expected[j].to_bits() != output[offset + j].to_bits())
-                .count();
+        let bad: Vec<usize> = (0..expected.len())
+            .filter(|&j| expected[j].to_bits() != output[offset + j].to_bits())
+            .collect();
+        if let Some(&j) = bad.first() {
             return Err(format!(
-                "{bad} elements of rank {rank}'s share wrong; first at share index {j} (output \
+                "{} elements of rank {rank}'s share wrong; first at share index {j} (output \
                  index {}): expected bits {:#x}, got {:#x}",
+                bad.len(),
                 offset + j,
                 expected[j].to_bits(),
                 output[offset + j].to_bits()
@@ -697,14 +707,7 @@ mod tests {
     /// (sums in rank order then the residual, rounded once; the norm of the
     /// rounded sums, each output rounded once): `(x, output)`.
     fn fused_model<T: Element>(case: &AddRmsNormCase<T>, rule: SentinelRule) -> (Vec<T>, Vec<T>) {
-        let inputs: Vec<Vec<T>> = match rule {
-            SentinelRule::None => case.inputs.clone(),
-            _ => case
-                .inputs
-                .iter()
-                .map(|i| sentinel_substituted(i))
-                .collect(),
-        };
+        let inputs = substituted(&case.inputs, rule);
         let mut x: Vec<T> = (0..case.residual.len())
             .map(|i| {
                 let sum = inputs[1..]

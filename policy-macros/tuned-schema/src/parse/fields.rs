@@ -91,10 +91,7 @@ impl<'a, 'i> Fields<'a, 'i> {
     }
 
     pub fn optional_string(&self, sink: &mut Sink<'_>, key: &str) -> Option<Option<String>> {
-        match self.get(key) {
-            None => Some(None),
-            Some(value) => as_str(sink, key, value).map(|s| Some(s.to_string())),
-        }
+        Some(self.optional_string_at(sink, key)?.map(|(text, _)| text))
     }
 
     /// An optional string with where it was written.
@@ -112,23 +109,17 @@ impl<'a, 'i> Fields<'a, 'i> {
         }
     }
 
-    /// A required string naming one of a fixed set, e.g. a dtype.
-    pub fn required_name<T>(
+    /// A required string naming one of `all` (each spelled by `name`), e.g.
+    /// a dtype; `kind` is what they are called in messages.
+    pub fn required_name<T: Copy>(
         &self,
         sink: &mut Sink<'_>,
-        key: &str,
-        kind: &str,
-        parse: impl Fn(&str) -> Option<T>,
-        valid: &[&str],
+        (key, kind): (&str, &str),
+        all: &[T],
+        name: fn(T) -> &'static str,
     ) -> Option<(T, Pos)> {
         let (text, pos) = self.required_str(sink, key)?;
-        match parse(text) {
-            Some(v) => Some((v, pos)),
-            None => {
-                sink.error_at(pos, unknown_name(kind, text, valid));
-                None
-            }
-        }
+        Some((named(sink, (text, pos), kind, all, name)?, pos))
     }
 
     pub fn required_u64(&self, sink: &mut Sink<'_>, key: &str) -> Option<(u64, Pos)> {
@@ -296,10 +287,23 @@ fn wrong_type(
     );
 }
 
-/// "unknown algorithm `ring`; expected one of: nccl, one_shot_push, …"
-pub(super) fn unknown_name(kind: &str, text: &str, valid: &[&str]) -> String {
-    format!(
-        "unknown {kind} `{text}`; expected one of: {}",
-        valid.join(", ")
-    )
+/// The one of `all` that `name` spells `text`; else an error at `pos`:
+/// "unknown algorithm `ring`; expected one of: nccl, one_shot_push, …".
+pub(super) fn named<T: Copy>(
+    sink: &mut Sink<'_>,
+    (text, pos): (&str, Pos),
+    kind: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+) -> Option<T> {
+    let found = all.iter().copied().find(|&v| name(v) == text);
+    if found.is_none() {
+        let valid: Vec<&str> = all.iter().map(|&v| name(v)).collect();
+        let valid = valid.join(", ");
+        sink.error_at(
+            pos,
+            format!("unknown {kind} `{text}`; expected one of: {valid}"),
+        );
+    }
+    found
 }

@@ -18,7 +18,7 @@ use crate::document::{
     Assertion, Band, CapacityEntry, Document, Platform, Provenance, SCHEMA_VERSION, Source, Table,
 };
 use crate::vocab::{Algo, Arch, Capacity, Collective, DType, Link, Mode, TableKey};
-use fields::{Fields, Sink, as_str, as_table, unknown_name};
+use fields::{Fields, Sink, as_str, as_table, named};
 
 /// One parsed file: its document, and where each part of it was written.
 #[derive(Clone, Debug, PartialEq)]
@@ -182,13 +182,7 @@ fn read_platform(sink: &mut Sink<'_>, table: &DeTable<'_>, at: Pos) -> Option<(P
     let arch = read_arch(sink, &f);
     let gpu = f.required_str(sink, "gpu");
     let link = read_link(sink, &f);
-    let source = f.required_name(
-        sink,
-        "source",
-        "source",
-        Source::from_name,
-        &Source::ALL.map(Source::name),
-    );
+    let source = f.required_name(sink, ("source", "source"), &Source::ALL, Source::name);
     let citation = f.optional_string(sink, "citation");
     let provenance = match f.optional_table(sink, "provenance") {
         Some(Some((t, pos))) => read_provenance(sink, t, pos),
@@ -219,9 +213,8 @@ fn read_arch(sink: &mut Sink<'_>, f: &Fields<'_, '_>) -> Option<Arch> {
 }
 
 fn read_link(sink: &mut Sink<'_>, f: &Fields<'_, '_>) -> Option<Link> {
-    let names = Link::ALL.map(Link::name);
-    f.required_name(sink, "link", "link", Link::from_name, &names)
-        .map(|(l, _)| l)
+    let link = f.required_name(sink, ("link", "link"), &Link::ALL, Link::name);
+    link.map(|(l, _)| l)
 }
 
 fn read_provenance(sink: &mut Sink<'_>, table: &DeTable<'_>, at: Pos) -> Option<Provenance> {
@@ -247,32 +240,23 @@ fn read_provenance(sink: &mut Sink<'_>, table: &DeTable<'_>, at: Pos) -> Option<
 }
 
 fn read_collective(sink: &mut Sink<'_>, f: &Fields<'_, '_>) -> Option<Collective> {
-    let names = Collective::ALL.map(Collective::name);
-    f.required_name(
-        sink,
-        "collective",
-        "collective",
-        Collective::from_name,
-        &names,
-    )
-    .map(|(c, _)| c)
+    let key = ("collective", "collective");
+    let collective = f.required_name(sink, key, &Collective::ALL, Collective::name);
+    collective.map(|(c, _)| c)
 }
 
 fn read_dtype(sink: &mut Sink<'_>, f: &Fields<'_, '_>) -> Option<DType> {
-    let names = DType::ALL.map(DType::name);
-    f.required_name(sink, "dtype", "dtype", DType::from_name, &names)
-        .map(|(d, _)| d)
+    let dtype = f.required_name(sink, ("dtype", "dtype"), &DType::ALL, DType::name);
+    dtype.map(|(d, _)| d)
 }
 
 fn read_mode(sink: &mut Sink<'_>, f: &Fields<'_, '_>) -> Option<Mode> {
-    let names = Mode::ALL.map(Mode::name);
-    f.required_name(sink, "mode", "mode", Mode::from_name, &names)
-        .map(|(m, _)| m)
+    let mode = f.required_name(sink, ("mode", "mode"), &Mode::ALL, Mode::name);
+    mode.map(|(m, _)| m)
 }
 
 fn read_algo(sink: &mut Sink<'_>, f: &Fields<'_, '_>) -> Option<(Algo, Pos)> {
-    let names = Algo::ALL.map(Algo::name);
-    f.required_name(sink, "algo", "algorithm", Algo::from_name, &names)
+    f.required_name(sink, ("algo", "algorithm"), &Algo::ALL, Algo::name)
 }
 
 fn read_capacity(
@@ -405,17 +389,11 @@ fn read_assert(
 
 fn read_algo_list(sink: &mut Sink<'_>, f: &Fields<'_, '_>) -> Option<(Vec<Algo>, Vec<Pos>)> {
     let (array, _) = f.required_array(sink, "algo_in")?;
-    let names = Algo::ALL.map(Algo::name);
     let items = array.iter().map(|item| {
         let text = as_str(sink, "algo_in", item)?;
         let pos = sink.pos(item.span());
-        match Algo::from_name(text) {
-            Some(algo) => Some((algo, pos)),
-            None => {
-                sink.error_at(pos, unknown_name("algorithm", text, &names));
-                None
-            }
-        }
+        let algo = named(sink, (text, pos), "algorithm", &Algo::ALL, Algo::name)?;
+        Some((algo, pos))
     });
     Some(collect_all(items)?.into_iter().unzip())
 }

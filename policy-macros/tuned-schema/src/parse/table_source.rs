@@ -26,10 +26,9 @@ pub(super) fn read_table_source(
     sink: &mut Sink<'_>,
     f: &Fields<'_, '_>,
 ) -> Option<Option<TableSource>> {
-    let names = Source::ALL.map(Source::name);
     let source = match f.get("source") {
         None => None,
-        Some(_) => Some(f.required_name(sink, "source", "source", Source::from_name, &names)?),
+        Some(_) => Some(f.required_name(sink, ("source", "source"), &Source::ALL, Source::name)?),
     };
     let strings = read_strings(sink, f)?;
     match source {
