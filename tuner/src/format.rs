@@ -30,6 +30,11 @@ pub fn exact_size(bytes: u64) -> String {
     }
 }
 
+/// A fraction as a percentage with two decimals: `1.50%`.
+pub fn percent(x: f64) -> String {
+    format!("{:.2}%", x * 100.0)
+}
+
 /// `12.34µs`, or `-` when absent.
 pub fn micros(value: Option<f64>) -> String {
     match value {

@@ -172,7 +172,7 @@ fn crossovers(bands: &[Band]) -> Vec<(u64, Algo, Algo)> {
 
 /// The regret of `bands` at each measured size of `key` where the band's
 /// algorithm has a usable point (see [`KeySummary::regret`]).
-fn regret(key: &KeyEvidence, bands: &[Band]) -> Option<Regret> {
+pub fn regret(key: &KeyEvidence, bands: &[Band]) -> Option<Regret> {
     if bands.is_empty() {
         return None;
     }

@@ -180,16 +180,11 @@ impl std::fmt::Display for Estimate {
         write!(
             f,
             "{} [{}, {}]",
-            pct(self.value),
-            pct(self.low),
-            pct(self.high)
+            crate::format::percent(self.value),
+            crate::format::percent(self.low),
+            crate::format::percent(self.high)
         )
     }
-}
-
-/// A fraction as a percentage with two decimals: `1.50%`.
-fn pct(x: f64) -> String {
-    format!("{:.2}%", x * 100.0)
 }
 
 /// The regrets of one kind of size of one key.
@@ -824,11 +819,18 @@ fn against(name: &str, e: Estimate, limit: f64) -> (Verdict, String) {
     } else {
         (Verdict::Inconclusive, "straddles")
     };
-    let (value, low, high) = (pct(e.value), pct(e.low), pct(e.high));
+    let (value, low, high) = (
+        crate::format::percent(e.value),
+        crate::format::percent(e.low),
+        crate::format::percent(e.high),
+    );
     let figures = format!("{name} regret {value}, interval {low}–{high},");
     (
         verdict,
-        format!("{figures} {stands} the {} limit", pct(limit)),
+        format!(
+            "{figures} {stands} the {} limit",
+            crate::format::percent(limit)
+        ),
     )
 }
 
@@ -844,8 +846,8 @@ impl VerifyReport {
             let _ = writeln!(
                 out,
                 "measured noise: a sample's spread is {} at the median point, {} at the 90th percentile ({} points)",
-                pct(noise.median),
-                pct(noise.p90),
+                crate::format::percent(noise.median),
+                crate::format::percent(noise.p90),
                 noise.points
             );
         }
@@ -920,8 +922,8 @@ impl VerifyReport {
         }
         let limits = format!(
             "limits: median {}, worst {}; {:.0}% intervals",
-            pct(self.settings.max_median_regret),
-            pct(self.settings.max_worst_regret),
+            crate::format::percent(self.settings.max_median_regret),
+            crate::format::percent(self.settings.max_worst_regret),
             self.settings.effort.confidence * 100.0
         );
         match (self.verdict(), &self.nothing_judged) {

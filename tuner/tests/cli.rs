@@ -311,8 +311,8 @@ fn bad_arguments_are_named() {
 }
 
 /// The fused collective is swept when named; at a second hidden size its
-/// keys are swept again and compared (the synthetic model is by bytes, so
-/// its crossovers stay within the sweep's resolution).
+/// keys are swept again and the first's bands judged on them (the synthetic
+/// model is by bytes, so they cost no more than the margin there).
 #[test]
 fn a_fused_sweep_compares_its_crossovers_across_hidden_sizes() {
     let dir = common::scratch("synthetic-fused");
@@ -344,7 +344,7 @@ fn a_fused_sweep_compares_its_crossovers_across_hidden_sizes() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("all_reduce_add_rmsnorm ws2 bf16 graph hidden 8192: crossovers do not move; one_shot_push → two_shot_push between"),
+        stdout.contains("all_reduce_add_rmsnorm ws2 bf16 graph hidden 8192: crossovers do not move beyond the margin (the first hidden size's bands cost at most"),
         "{stdout}"
     );
     let toml = std::fs::read_to_string(dir.join("sm90-nvlink.toml")).unwrap();

@@ -289,12 +289,21 @@ fn other_hidden_sizes(
             let Some(base) = first.iter().find(|k| k.key == key.key) else {
                 continue;
             };
-            let c = crate::hidden::compare(base, key, hidden);
-            let verdict = match &c.moved {
-                None => "crossovers do not move".to_string(),
-                Some(why) => {
+            let Some(measured) = outcome.evidence.keys.iter().find(|k| k.key() == key.key) else {
+                continue;
+            };
+            let c = crate::hidden::compare(base, key, measured, hidden, fit_settings.margin);
+            let verdict = match (&c.moved, c.worst) {
+                (Some(why), _) => {
                     moved += 1;
                     format!("crossovers MOVE: {why}")
+                }
+                (None, Some((cost, _))) => format!(
+                    "crossovers do not move beyond the margin (the first hidden size's bands cost at most {} here)",
+                    crate::format::percent(cost)
+                ),
+                (None, None) => {
+                    "crossovers not judged (no size measured the first's algorithms)".to_string()
                 }
             };
             writeln!(
@@ -309,8 +318,7 @@ fn other_hidden_sizes(
         out,
         "{}",
         if moved == 0 {
-            "at equal bytes the hidden size moves no crossover beyond the sweep's resolution"
-                .to_string()
+            "at equal bytes the hidden size moves no crossover beyond the margin".to_string()
         } else {
             format!(
                 "{moved} key(s) cross elsewhere at another hidden size: the tables hold for hidden {} only",
