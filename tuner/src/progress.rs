@@ -2,8 +2,8 @@
 //! Ctrl-C handling. The first Ctrl-C asks the sweep to stop after the point in
 //! flight (it then writes what it measured); a second one exits at once.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use policy::{Algo, TableKey};
@@ -91,16 +91,22 @@ impl Observer for Progress {
 /// Makes Ctrl-C set the returned flag; a second Ctrl-C exits with status 130.
 /// SIGTERM and SIGHUP count as Ctrl-C too, so a sweep under `timeout` (or a
 /// job scheduler's stop) keeps what it measured instead of losing it all.
+/// One flag per process, installed by the first call: a process has one
+/// handler, so a later phase of the same command (a sweep's other hidden
+/// sizes) stops on the same Ctrl-C.
 pub fn install_ctrl_c() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    // Failing to install (another handler exists) only loses the clean stop.
-    let _ = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            eprintln!("\ntuner: interrupted twice, exiting without writing");
-            std::process::exit(130);
-        }
-        eprintln!("\ntuner: stopping after the current point (Ctrl-C again to quit at once)");
-    });
-    stop
+    static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    Arc::clone(STOP.get_or_init(|| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        // Failing to install (another handler exists) only loses the clean stop.
+        let _ = ctrlc::set_handler(move || {
+            if flag.swap(true, Ordering::SeqCst) {
+                eprintln!("\ntuner: interrupted twice, exiting without writing");
+                std::process::exit(130);
+            }
+            eprintln!("\ntuner: stopping after the current point (Ctrl-C again to quit at once)");
+        });
+        stop
+    }))
 }

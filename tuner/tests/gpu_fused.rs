@@ -714,6 +714,7 @@ fn fused_timing_measure_and_validate() {
                 samples: 5,
                 warmup: 3,
                 hidden: 4096,
+                unfused_via: None,
             };
             let timed = gpu_common::measure_plausibly(&mut ranks, &spec);
             suite.record(&format!("measure {} {}", algo.name(), mode.name()), timed);

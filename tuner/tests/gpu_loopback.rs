@@ -1116,6 +1116,7 @@ fn timing_measure_and_verify() {
                 samples: 5,
                 warmup: 3,
                 hidden: 0,
+                unfused_via: None,
             };
             let timed = gpu_common::measure_plausibly(&mut ranks, &spec);
             suite.record(&format!("measure {} {}", algo.name(), mode.name()), timed);
@@ -1144,6 +1145,7 @@ fn timing_measure_and_verify() {
         samples: 1,
         warmup: 0,
         hidden: 0,
+        unfused_via: None,
     };
     suite.record(
         "measure refuses a declined size",

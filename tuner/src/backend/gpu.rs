@@ -276,6 +276,7 @@ impl Backend for GpuBackend {
             samples: reps.samples,
             warmup: reps.warmup,
             hidden: self.hidden,
+            unfused_via: None,
         };
         let ranks = self.ranks(key.world_size)?;
         let result = timing::measure(ranks, &spec);

@@ -160,6 +160,10 @@ struct Row {
     mode: Mode,
     bytes: u64,
     algo: Algo,
+    /// The fused collective's unfused path with this all-reduce forced
+    /// (`None`: the one the tables pick).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unfused_via: Option<Algo>,
     #[serde(flatten)]
     outcome: Outcome,
 }
@@ -200,6 +204,15 @@ impl Row {
         matches!(self.outcome, Outcome::Failed { .. })
     }
 
+    /// The algorithm's name, with the unfused path's forced all-reduce:
+    /// `unfused+one_shot_push`.
+    fn label(&self) -> String {
+        match self.unfused_via {
+            Some(all_reduce) => format!("{}+{}", self.algo.name(), all_reduce.name()),
+            None => self.algo.name().to_string(),
+        }
+    }
+
     /// The console line.
     fn line(&self) -> String {
         let head = format!(
@@ -208,7 +221,7 @@ impl Row {
             self.dtype.name(),
             self.mode.name(),
             format_size(self.bytes),
-            self.algo.name()
+            self.label()
         );
         match &self.outcome {
             Outcome::Timed(t) => {
@@ -237,7 +250,7 @@ impl Row {
             self.dtype.name(),
             self.mode.name(),
             self.bytes,
-            self.algo.name()
+            self.label()
         );
         match &self.outcome {
             Outcome::Timed(t) => {
@@ -398,7 +411,8 @@ mod gpu {
     use super::super::Error as CommandError;
     use super::{BenchArgs, Outcome, Row, Timing, compare, csv, default_calls, write_rows};
     use crate::harness::timing::{
-        GpuStack, TimingSpec, gpu_stack, measure, stall_last_rank, unfused_all_reduce, validate,
+        GpuStack, TimingSpec, gpu_stack, measure, stall_last_rank, unfused_all_reduce,
+        validate_spec,
     };
     use crate::harness::world::WorldKeeper;
     use crate::stats::{self, algbw_gbps, busbw_gbps};
@@ -473,7 +487,20 @@ mod gpu {
                         if bytes % unit != 0 {
                             continue;
                         }
-                        for &algo in &algos {
+                        // The unfused path as the tables pick it, then
+                        // with every other all-reduce, so that the fused
+                        // kernels are compared with the best of them.
+                        let runs = algos.iter().flat_map(|&algo| {
+                            let vias: Vec<Option<Algo>> = if algo == Algo::Unfused {
+                                std::iter::once(None)
+                                    .chain(Collective::AllReduce.algos().iter().map(|&a| Some(a)))
+                                    .collect()
+                            } else {
+                                vec![None]
+                            };
+                            vias.into_iter().map(move |via| (algo, via))
+                        });
+                        for (algo, unfused_via) in runs {
                             let spec = TimingSpec {
                                 collective,
                                 dtype,
@@ -484,8 +511,9 @@ mod gpu {
                                 samples: cli.samples,
                                 warmup: cli.warmup,
                                 hidden: cli.hidden,
+                                unfused_via,
                             };
-                            let stalled = stall == Some((algo, bytes));
+                            let stalled = stall == Some((algo, bytes)) && unfused_via.is_none();
                             let outcome = match keeper.ranks() {
                                 Ok(ranks) => bench_one(ranks, &spec, cli.verify_max, stalled),
                                 Err(e) => Outcome::Failed {
@@ -498,11 +526,13 @@ mod gpu {
                                 mode,
                                 bytes,
                                 algo,
+                                unfused_via,
                                 outcome,
                             };
                             compare(&mut row, &rows);
                             writeln!(table, "{}", row.line())?;
                             if algo == Algo::Unfused
+                                && unfused_via.is_none()
                                 && let Ok(ranks) = keeper.ranks()
                             {
                                 let inner = unfused_all_reduce(&ranks[0], dtype, mode, bytes);
@@ -581,14 +611,16 @@ mod gpu {
     ) -> Outcome {
         let &TimingSpec {
             collective,
-            dtype,
             algo,
             bytes,
-            hidden,
             ..
         } = spec;
         let failed = |error: String| Outcome::Failed { error };
-        if let Some(reason) = ranks[0].would_decline(collective, algo, bytes) {
+        let declined = match spec.unfused_via {
+            Some(all_reduce) => ranks[0].would_decline(Collective::AllReduce, all_reduce, bytes),
+            None => ranks[0].would_decline(collective, algo, bytes),
+        };
+        if let Some(reason) = declined {
             return Outcome::Declined {
                 reason: reason.to_string(),
             };
@@ -602,7 +634,7 @@ mod gpu {
             });
         }
         let verified = bytes <= verify_max;
-        if verified && let Err(e) = validate(ranks, collective, dtype, algo, bytes, hidden, bytes) {
+        if verified && let Err(e) = validate_spec(ranks, spec, bytes) {
             return failed(e.to_string());
         }
         match measure(ranks, spec) {
@@ -705,8 +737,9 @@ mod gpu {
             let _ = writeln!(
                 text,
                 "all_reduce_add_rmsnorm: rows of {hidden} elements (bytes: tokens x {hidden} x the \
-                 element size); its vs_nccl is its unfused path (the all-reduce the all-reduce table \
-                 picks for the size, then the add + RMSNorm kernel, timed as one call) over this row"
+                 element size); its vs_nccl is the fastest unfused path (an all-reduce, then the \
+                 add + RMSNorm kernel, timed as one call: `unfused` with the all-reduce the tables \
+                 pick for the size, `unfused+<algo>` with that all-reduce forced) over this row"
             );
         }
         text
@@ -782,6 +815,7 @@ mod tests {
             mode: Mode::Graph,
             bytes: 4096,
             algo,
+            unfused_via: None,
             outcome,
         }
     }
@@ -862,6 +896,52 @@ mod tests {
         );
         assert!(failed.failed() && failed.line().ends_with("FAILED: timed out"));
         assert_eq!(serde_json::to_value(&failed).unwrap()["error"], "timed out");
+    }
+
+    /// A fused kernel is compared with the fastest unfused path, the
+    /// tables' pick or one with its all-reduce forced, which is named.
+    #[test]
+    fn a_fused_kernel_is_compared_with_the_fastest_unfused_path() {
+        let fused = |algo, via, median| Row {
+            collective: Collective::AllReduceAddRmsNorm,
+            unfused_via: via,
+            ..row(algo, timed(median))
+        };
+        let mut rows: Vec<Row> = Vec::new();
+        for r in [
+            fused(Algo::Unfused, None, 8.0),
+            fused(Algo::Unfused, Some(Algo::OneShotPush), 6.0),
+            fused(Algo::Unfused, Some(Algo::TwoShotPull), 9.0),
+        ] {
+            let mut r = r;
+            compare(&mut r, &rows);
+            rows.push(r);
+        }
+        let mut kernel = fused(Algo::OneShotPush, None, 4.8);
+        compare(&mut kernel, &rows);
+        assert!(kernel.line().contains("1.25x"), "{}", kernel.line());
+        let forced = &rows[1];
+        assert!(
+            forced.line().contains(" unfused+one_shot_push "),
+            "{}",
+            forced.line()
+        );
+        assert!(
+            forced
+                .csv_line(2, "loopback")
+                .contains(",unfused+one_shot_push,ok,")
+        );
+        let json = serde_json::to_value(forced).unwrap();
+        assert_eq!(
+            (&json["algo"], &json["unfused_via"]),
+            (&"unfused".into(), &"one_shot_push".into())
+        );
+        assert!(
+            serde_json::to_value(&rows[0])
+                .unwrap()
+                .get("unfused_via")
+                .is_none()
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub struct SweepArgs {
     /// multiple of 8 in 64..=16384). The tables are fitted at the first; the
     /// fused keys are swept again at each other one and the log says whether
     /// their crossovers move (the tables are keyed by bytes)
-    #[arg(long, value_delimiter = ',', default_value = "4096")]
+    #[arg(long, value_delimiter = ',', default_value = "4096,2048,8192")]
     pub hidden: Vec<usize>,
     /// Timed samples per point in the first round (at least 5)
     #[arg(long, default_value_t = 25)]

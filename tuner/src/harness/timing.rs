@@ -48,6 +48,9 @@ pub struct TimingSpec {
     /// Elements of a row of [`Collective::AllReduceAddRmsNorm`] (`bytes` is
     /// then whole rows); the other collectives ignore it.
     pub hidden: usize,
+    /// With `algo` [`Algo::Unfused`]: the all-reduce its unfused path runs
+    /// ([`Select::Unfused`]); `None`, the one the tables pick.
+    pub unfused_via: Option<Algo>,
 }
 
 impl TimingSpec {
@@ -58,6 +61,7 @@ impl TimingSpec {
             algo: self.algo,
             bytes: self.bytes,
             hidden: self.hidden,
+            unfused_via: self.unfused_via,
         }
     }
 }
@@ -90,7 +94,17 @@ pub fn validate(
         algo,
         bytes,
         hidden,
+        unfused_via: None,
     };
+    validate_call(ranks, dtype, call, seed)
+}
+
+/// [`validate`] of the call `spec` times (its unfused path's all-reduce too).
+pub fn validate_spec(ranks: &mut [RankComm], spec: &TimingSpec, seed: u64) -> Result<()> {
+    validate_call(ranks, spec.dtype, spec.call(), seed)
+}
+
+fn validate_call(ranks: &mut [RankComm], dtype: DType, call: Call, seed: u64) -> Result<()> {
     match dtype {
         DType::Bf16 => validate_typed::<bf16>(ranks, call, seed),
         DType::F16 => validate_typed::<f16>(ranks, call, seed),
@@ -107,6 +121,19 @@ struct Call {
     bytes: u64,
     /// The fused collective's row (elements).
     hidden: usize,
+    /// See [`TimingSpec::unfused_via`].
+    unfused_via: Option<Algo>,
+}
+
+impl Call {
+    /// How the call is issued: `algo` forced, or the unfused path with the
+    /// all-reduce it names.
+    fn select(&self) -> Select {
+        match self.unfused_via {
+            Some(all_reduce) => Select::Unfused(all_reduce),
+            None => Select::Force(self.algo),
+        }
+    }
 }
 
 /// A fault injected on purpose, to test that the tools recover from a broken
@@ -131,7 +158,7 @@ fn stall_typed<T: Element>(ranks: &mut [RankComm], call: Call) -> Result<()> {
         if rank.rank() == stalled {
             return Ok(Ok(()));
         }
-        call_once(rank, call.collective, &mut t, Select::Force(call.algo))?;
+        call_once(rank, call.collective, &mut t, call.select())?;
         Ok(rank.check())
     })?;
     results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
@@ -333,7 +360,7 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
     }
     ensure_runs::<T>(ranks, spec.call())?;
     let tensors = call_tensors::<T>(ranks, spec.call(), spec.bytes ^ 0x5eed)?.0;
-    let how = Select::Force(spec.algo);
+    let how = spec.call().select();
     let per_rank = for_each_rank(ranks, tensors, |rank, mut t, barrier| {
         let stream = rank.stream().clone();
         let ctx = stream.context().clone();
@@ -392,10 +419,7 @@ fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Resul
 
 fn validate_typed<T: Element>(ranks: &mut [RankComm], call: Call, seed: u64) -> Result<()> {
     let Call {
-        collective,
-        algo,
-        bytes,
-        ..
+        collective, bytes, ..
     } = call;
     ensure_runs::<T>(ranks, call)?;
     let world = ranks.len();
@@ -403,9 +427,19 @@ fn validate_typed<T: Element>(ranks: &mut [RankComm], call: Call, seed: u64) -> 
     let fallback = ranks[0].fallback_kind();
     // What the unfused path's all-reduce is for this size (its Lamport rule
     // shapes the sums).
-    let inner = unfused_all_reduce(&ranks[0], T::DTYPE, Mode::Eager, bytes);
+    let inner = match call.unfused_via {
+        Some(all_reduce)
+            if ranks[0]
+                .would_decline(Collective::AllReduce, all_reduce, bytes)
+                .is_none() =>
+        {
+            all_reduce
+        }
+        Some(_) => Algo::Nccl,
+        None => unfused_all_reduce(&ranks[0], T::DTYPE, Mode::Eager, bytes),
+    };
     let results = for_each_rank(ranks, tensors, |rank, mut t, _| {
-        let ran = call_once(rank, collective, &mut t, Select::Force(algo))?;
+        let ran = call_once(rank, collective, &mut t, call.select())?;
         rank.check()?;
         let stream = rank.stream();
         let output = stream
