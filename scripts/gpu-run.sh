@@ -95,12 +95,14 @@ fi
 
 # The tuner end to end: sweep (measure + fit + write), verify on held-out sizes,
 # and a re-fit of the recorded evidence that must reproduce the TOML byte for byte.
+# Every collective, the fused one at its default hidden sizes (fitted at the
+# first, compared at the others).
 # On one GPU this is a loopback world (link = "loopback"), written under $out only.
 if [ -z "${SKIP_TUNER:-}" ] && [ -z "$filter" ] && [ -x "$bin/tuner" ]; then
   echo "=== tuner sweep + verify + re-fit"
   start=$(date +%s)
   # shellcheck disable=SC2086
-  tuner_keys=${TUNER_ARGS:---loopback --world-sizes 2 --max-bytes 16MiB}
+  tuner_keys=${TUNER_ARGS:---loopback --world-sizes 2 --max-bytes 16MiB --collectives all_reduce,all_gather,all_reduce_add_rmsnorm}
   rc=0
   # shellcheck disable=SC2086
   timeout --signal=KILL 420 "$bin/tuner" sweep $tuner_keys --no-progress --out "$out/tuned" \
