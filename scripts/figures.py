@@ -224,6 +224,53 @@ def budget_regret(folder, link):
     return table(header, rows) + f"\n\nFrom {link(folder)}."
 
 
+def fused_table(path, mode, link):
+    """`tuner bench --collective all_reduce_add_rmsnorm`'s CSV: per size, the
+    unfused path as the tables pick it and at its fastest (each all-reduce
+    forced), each fused kernel, and the faster fused kernel over that."""
+    rows = []
+    for (collective, dtype, m, nbytes), algos in sorted(bench(path).items(), key=lambda kv: kv[0][3]):
+        if collective != "all_reduce_add_rmsnorm" or m != mode:
+            continue
+        unfused = {a: t for a, t in algos.items() if a.startswith("unfused") and t is not None}
+        via, fastest = min(unfused.items(), key=lambda kv: kv[1])
+        fused = min(algos["one_shot_push"], algos["two_shot_push"])
+        rows.append([size(nbytes), f"{algos['unfused']:.2f}", f"{fastest:.2f} (`{via}`)",
+                     f"{algos['one_shot_push']:.2f}", f"{algos['two_shot_push']:.2f}", f"{fused / fastest:.2f}"])
+    header = ["per-rank input", "unfused (tables)", "fastest unfused", "one_shot_push", "two_shot_push", "fused / fastest unfused"]
+    return table(header, rows) + f"\n\n{dtype}, {mode}, hidden 4096 (8 KiB a token), median µs per call. Data: {link(path)}."
+
+
+def norm_table(path, link):
+    """candle-tp norm-bench's CSV: per dtype and tokens (graph), colltune's
+    add + RMSNorm against candle's, with their bandwidth."""
+    data = {}
+    for r in csv.DictReader(read(path).splitlines()):
+        if r["mode"] == "graph":
+            data.setdefault((r["dtype"], int(r["tokens"])), {})[r["impl"]] = r
+    rows = []
+    for (dtype, tokens), impls in data.items():
+        c, k = impls["colltune"], impls["candle"]
+        rows.append([dtype, tokens, f"{float(c['median_us']):.2f}", f"{float(k['median_us']):.2f}", c["ratio"],
+                     f"{float(c['gbps']):.0f} ({c['pct_of_copy']}%)"])
+    copy = next(iter(next(iter(data.values())).values()))["copy_gbps"]
+    header = ["dtype", "tokens", "colltune µs", "candle µs", "colltune / candle", "colltune GB/s (% of copy)"]
+    return table(header, rows) + (f"\n\nHidden 4096, graph mode, median per call; % of the GPU's copy bandwidth "
+                                  f"measured in the same process ({float(copy):.0f} GB/s). Data: {link(path)}.")
+
+
+def tpot_table(path, link):
+    """candle-tp's CSV: TPOT (graph and eager) of every back-end per model."""
+    rows = []
+    for r in csv.DictReader(read(path).splitlines()):
+        rows.append([r["model"], r["mode"], r["backend"], f"{float(r['tpot_median_ms']):.3f}",
+                     f"{float(r['tpot_p10_ms']):.3f}–{float(r['tpot_p90_ms']):.3f}", r["tokens_agree_reference"] or "–"])
+    header = ["model", "mode", "back-end", "TPOT ms (median)", "p10–p90", "tokens = one-rank model"]
+    return table(header, rows) + f"\n\nWorld of one, batch 1, 256 decode steps. Data: {link(path)}."
+
+
+DAY3 = RUNS + "2026-12-03-h200-1gpu/"
+
 BLOCKS = {
     "headline": headline,
     "x2-all-reduce": lambda link: bench_table(X2, "all_reduce", OCTAVES4, link),
@@ -302,6 +349,34 @@ BLOCKS = {
         link,
     ),
     "startup": lambda link: startup(DAY2 + "startup/startup.txt", link),
+    "day3-candidates": lambda link: ab(
+        ab_runs(
+            DAY3 + "ab-call-cost/",
+            ["a84ce51", "before", "all three", "barrier verdict", "verdict + own packs", "verdict + idle exit"] * 2,
+        ),
+        [(c, "graph", a) for c, algos in (("all_reduce", ("one_shot_push", "two_shot_push", "one_shot_pull", "two_shot_pull")),
+                                          ("all_gather", ("one_shot_push", "one_shot_pull"))) for a in algos],
+        [4 * KIB],
+        link,
+    ),
+    "day3-call-cost": lambda link: ab(
+        ab_runs(DAY3 + "ab-final/", ["a84ce51", "this build"] * 2),
+        [(c, "graph", a) for c, algos in (("all_reduce", ("one_shot_push", "two_shot_push", "one_shot_pull", "two_shot_pull", "nccl")),
+                                          ("all_gather", ("one_shot_push", "one_shot_pull", "nccl"))) for a in algos],
+        [4 * KIB],
+        link,
+    ),
+    "day3-fused-graph": lambda link: fused_table(DAY3 + "fused-final/bench-fused.csv", "graph", link),
+    "day3-fused-eager": lambda link: fused_table(DAY3 + "fused-final/bench-fused.csv", "eager", link),
+    "day3-norm": lambda link: norm_table(DAY3 + "candle-final/norm-bench-w1.csv", link),
+    "day3-tpot": lambda link: tpot_table(DAY3 + "candle-final/candle-tp.csv", link),
+    "day3-sweep-time": lambda link: excerpt(
+        ["tuner/runs/2026-12-03-loopback-sweep/a84ce51-sweep.log", "tuner/runs/2026-12-03-loopback-sweep/main-sweep.log"],
+        [r"^wrote "],
+        link,
+    ),
+    "day3-sweep-fused": lambda link: excerpt(DAY3 + "tuner/tuner-sweep.log", [r"^wrote ", r"hidden \d+: crossovers", r"key\(s\) cross"], link),
+    "day3-suites": lambda link: excerpt(DAY3 + "suites/gpu-run.log", [r"^\w+: exit \d+ in "], link),
     "budget-regret": lambda link: budget_regret("tuner/runs/2026-12-02-memory-budget/", link),
 }
 
