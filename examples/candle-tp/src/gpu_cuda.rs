@@ -538,15 +538,16 @@ fn load_model(
     Ok(model)
 }
 
-pub fn worker(w: &WorkerArgs) -> Result<(), String> {
-    let resolved = w.run.validate()?;
-    let cfg = &resolved.cfg;
-    let (rank, world) = (w.rank, w.run.world);
-    let dims = RankDims::new(cfg, rank, world)?;
-    let device = Device::new_cuda_with_stream(w.gpu)
-        .map_err(|e| format!("cannot open GPU {}: {e}", w.gpu))?;
+/// GPU `gpu` as candle's device with a stream of its own, cudarc's event
+/// tracking off, and the GPU's name: what a process that issues everything on
+/// that one stream works with.
+pub(super) fn open_gpu(
+    gpu: usize,
+) -> Result<(Device, candle_core::CudaDevice, Arc<CudaStream>, String), String> {
+    let device =
+        Device::new_cuda_with_stream(gpu).map_err(|e| format!("cannot open GPU {gpu}: {e}"))?;
     let cuda = device.as_cuda_device().map_err(|e| e.to_string())?.clone();
-    // SAFETY: this rank issues everything on the one stream of `device`, so
+    // SAFETY: the caller issues everything on the one stream of `device`, so
     // stream order alone orders every use; no tensor exists yet.
     unsafe { cuda.disable_event_tracking() };
     let stream = cuda.cuda_stream();
@@ -554,6 +555,15 @@ pub fn worker(w: &WorkerArgs) -> Result<(), String> {
         .context()
         .name()
         .unwrap_or_else(|_| "unknown GPU".into());
+    Ok((device, cuda, stream, gpu_name))
+}
+
+pub fn worker(w: &WorkerArgs) -> Result<(), String> {
+    let resolved = w.run.validate()?;
+    let cfg = &resolved.cfg;
+    let (rank, world) = (w.rank, w.run.world);
+    let dims = RankDims::new(cfg, rank, world)?;
+    let (device, cuda, stream, gpu_name) = open_gpu(w.gpu)?;
     println!("rank {rank}/{world}: GPU {} ({gpu_name})", w.gpu);
 
     // The communicators, in the same order on every rank (each is collective).

@@ -23,7 +23,7 @@ use colltune_candle::Comm;
 use colltune_candle::kernels::cudarc::driver::{CudaEvent, CudaStream, DriverError, sys};
 use colltune_candle::kernels::{Join, NcclId, Options, ProcessSpec};
 
-use super::imp::capture;
+use super::imp::{capture, open_gpu};
 use crate::launch::BUILD;
 use crate::norm_bench::{self, Check, Diff, Dtype, Impl, Mode, NormBenchArgs, Row, Setting, Stats};
 
@@ -252,17 +252,7 @@ fn bench_case(
 
 pub fn norm_bench(a: &NormBenchArgs) -> Result<bool, String> {
     a.validate()?;
-    let device = Device::new_cuda_with_stream(a.gpu)
-        .map_err(|e| format!("cannot open GPU {}: {e}", a.gpu))?;
-    let cuda = device.as_cuda_device().map_err(|e| e.to_string())?.clone();
-    // SAFETY: everything is issued on the one stream of `device`, so stream
-    // order alone orders every use; no tensor exists yet.
-    unsafe { cuda.disable_event_tracking() };
-    let stream = cuda.cuda_stream();
-    let gpu_name = stream
-        .context()
-        .name()
-        .unwrap_or_else(|_| "unknown GPU".into());
+    let (device, cuda, stream, gpu_name) = open_gpu(a.gpu)?;
     let id = NcclId::new().map_err(|e| format!("colltune's NCCL id: {e}"))?;
     let comm = Comm::process(
         &device,
