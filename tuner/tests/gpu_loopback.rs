@@ -15,7 +15,7 @@ use gpu_common::{Case, NEEDS_GPU, Placement, SendGraph, Suite, eager, gpu, graph
 use half::{bf16, f16};
 use kernels::{Element, Error, Fallback, Options, RankComm, Select, World};
 use policy::{Algo, AlgoKind, Collective, DType, Mode};
-use tuner::harness::timing::{TimingSpec, measure, validate};
+use tuner::harness::timing::{TimingCache, TimingSpec, measure, validate};
 use tuner::harness::world::measuring;
 
 const MIB: usize = 1 << 20;
@@ -1163,6 +1163,65 @@ fn timing_measure_and_verify() {
         "discover",
         tuner::harness::timing::discover().map_err(|e| e.to_string()),
     );
+    suite.finish();
+}
+
+/// Rounds through one timing cache, eagerly and in graphs: the same call
+/// twice (the second on the first's tensors, events and graph), again with
+/// more samples (more events), another algorithm at that size (its own graph
+/// on the same tensors), the first again (its kept graph), another size
+/// (everything built anew).
+#[test]
+#[ignore = "needs a CUDA GPU: run scripts/gpu-run.sh on a GPU machine"]
+fn timing_rounds_reuse_their_set_up() {
+    let ctx = gpu();
+    let mut suite = Suite::new("timing rounds");
+    let mut ranks = loopback(&ctx, 2);
+    let mut cache = TimingCache::default();
+    for mode in [Mode::Graph, Mode::Eager] {
+        let first = TimingSpec {
+            collective: Collective::AllReduce,
+            dtype: DType::Bf16,
+            algo: Algo::OneShotPush,
+            bytes: 65_536,
+            mode,
+            calls_per_sample: 10,
+            samples: 5,
+            warmup: 3,
+            hidden: 0,
+            unfused_via: None,
+        };
+        let rounds = [
+            ("first", first),
+            ("again", first),
+            (
+                "more samples",
+                TimingSpec {
+                    samples: 9,
+                    ..first
+                },
+            ),
+            (
+                "another algorithm",
+                TimingSpec {
+                    algo: Algo::OneShotPull,
+                    ..first
+                },
+            ),
+            ("the first again", first),
+            (
+                "another size",
+                TimingSpec {
+                    bytes: 131_072,
+                    ..first
+                },
+            ),
+        ];
+        for (round, spec) in rounds {
+            let timed = gpu_common::plausibly(&spec, cache.measure(&mut ranks, &spec));
+            suite.record(&format!("{} {round}", mode.name()), timed);
+        }
+    }
     suite.finish();
 }
 

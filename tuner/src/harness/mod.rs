@@ -2,7 +2,8 @@
 //! communicator: the GPU backend of the sweep, `tuner bench` and the GPU tests
 //! all run on it.
 //!
-//! - [`timing`]: CUDA-event timing of forced calls, one thread per rank, plus
+//! - [`timing`]: CUDA-event timing of forced calls, one thread per rank, its
+//!   set-up kept between rounds at one size ([`timing::TimingCache`]), plus
 //!   what the platform is ([`timing::gpu_stack`], [`timing::discover`]);
 //! - [`validation`]: inputs sprinkled with special values and the f64 host
 //!   reference every result is checked against;

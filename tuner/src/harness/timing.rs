@@ -8,23 +8,38 @@
 //! engine pays. In eager mode a sample times `calls_per_sample` launches.
 //!
 //! Samples run back to back on each stream, an event between consecutive ones,
-//! after one host barrier and one untimed round: the ranks then run in the
+//! after one host barrier and one untimed sample: the ranks then run in the
 //! lockstep their collectives impose, as in an engine's forward pass. A host
 //! barrier before every sample would add the threads' wake-up skew to every
 //! sample, and the more so the fewer calls a sample holds.
+//!
+//! A [`TimingCache::measure`] call is one round: warm-up, the untimed sample,
+//! the timed ones. What a round stands on — every rank's tensors, its timing
+//! events and, in graph mode, the graph it replays — is kept by the cache for
+//! the next round at the same size, so the sweep's extra rounds (and the other
+//! candidates at that size) cost their warm-up and samples, not a new set-up.
+//! The inputs are the same either way (seeded by the size); the fused
+//! collective's residual, which each of its calls updates in place, carries
+//! on from the round before instead of starting afresh, as it already did
+//! from one call of a round to the next.
 
+use std::any::Any;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry as Slot;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, result as driver, sys};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, result as driver, sys,
+};
 use half::{bf16, f16};
 
 use kernels::raw::{
     self, DriverContext, PairLink, Reach, arch_of, nccl_version, pair_link, sm_count,
 };
-use kernels::{Element, Error, Fallback, Options, RankComm, Result, Select, World};
+use kernels::{Captured, Element, Error, Fallback, Options, RankComm, Result, Select, World};
 use policy::{Algo, Arch, Collective, DType, Mode};
 
-use super::concurrent::for_each_rank;
+use super::concurrent::{RankBarrier, for_each_rank};
 use super::validation::{self, AddRmsNormCase, POISON_BYTE, SumPath};
 
 pub use crate::hidden::DEFAULT_HIDDEN;
@@ -66,13 +81,111 @@ impl TimingSpec {
     }
 }
 
-/// Microseconds per call for each sample, each the maximum over ranks.
+/// Microseconds per call for each sample, each the maximum over ranks, on a
+/// set-up of its own: for a one-off measurement ([`TimingCache::measure`]
+/// for rounds).
 pub fn measure(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
-    match spec.dtype {
-        DType::Bf16 => measure_typed::<bf16>(ranks, spec),
-        DType::F16 => measure_typed::<f16>(ranks, spec),
-        DType::F32 => measure_typed::<f32>(ranks, spec),
+    TimingCache::default().measure(ranks, spec)
+}
+
+/// The set-up of the latest size measured on a world, kept for the next
+/// round there: every rank's tensors (on the data [`measure`] seeds by the
+/// size), a pool of timing events, and the graph of every forced call
+/// captured on them. Another size, collective, dtype, row or world drops it
+/// all; an error drops it too (what a failed round left in its tensors and
+/// graphs is unknown). Its graphs and events belong to the ranks' contexts:
+/// keep it with the world it measures and drop it with that world.
+#[derive(Default)]
+pub struct TimingCache {
+    entry: Option<CacheEntry>,
+}
+
+/// A set-up and what it was built for.
+struct CacheEntry {
+    key: SetupKey,
+    /// Every rank's `RankSetup` of the key's element type, in rank order.
+    ranks: Box<dyn Any + Send>,
+}
+
+impl TimingCache {
+    /// [`measure`], on the cached set-up where it fits `spec` on `ranks`.
+    pub fn measure(&mut self, ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
+        let measured = match spec.dtype {
+            DType::Bf16 => measure_typed::<bf16>(self, ranks, spec),
+            DType::F16 => measure_typed::<f16>(self, ranks, spec),
+            DType::F32 => measure_typed::<f32>(self, ranks, spec),
+        };
+        if measured.is_err() {
+            self.entry = None;
+        }
+        measured
     }
+
+    /// The set-up built for `key`, taken out; any other is dropped.
+    fn take<S: 'static>(&mut self, key: &SetupKey) -> Option<Vec<S>> {
+        let entry = self.entry.take().filter(|entry| entry.key == *key)?;
+        entry.ranks.downcast::<Vec<S>>().ok().map(|ranks| *ranks)
+    }
+
+    /// Keeps `ranks`' set-up for the next call of `key`.
+    fn keep<S: Send + 'static>(&mut self, key: SetupKey, ranks: Vec<S>) {
+        self.entry = Some(CacheEntry {
+            key,
+            ranks: Box::new(ranks),
+        });
+    }
+}
+
+/// What a round's tensors (and so its graphs) are built for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct SetupKey {
+    /// The address of each rank's stream. The cached tensors hold those
+    /// streams, so while the entry lives no other world's stream has one.
+    world: Vec<usize>,
+    collective: Collective,
+    dtype: DType,
+    bytes: u64,
+    /// The fused collective's row; `None` for the others, which have none.
+    hidden: Option<usize>,
+}
+
+impl SetupKey {
+    fn of(spec: &TimingSpec, world: Vec<usize>) -> SetupKey {
+        SetupKey {
+            world,
+            collective: spec.collective,
+            dtype: spec.dtype,
+            bytes: spec.bytes,
+            hidden: (spec.collective == Collective::AllReduceAddRmsNorm).then_some(spec.hidden),
+        }
+    }
+}
+
+/// Which of a set-up's graphs a graph-mode round replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct GraphKey {
+    algo: Algo,
+    unfused_via: Option<Algo>,
+    calls_per_sample: u32,
+}
+
+impl GraphKey {
+    /// `None` in eager mode, which replays no graph.
+    fn of(spec: &TimingSpec) -> Option<GraphKey> {
+        (spec.mode == Mode::Graph).then_some(GraphKey {
+            algo: spec.algo,
+            unfused_via: spec.unfused_via,
+            calls_per_sample: spec.calls_per_sample,
+        })
+    }
+}
+
+/// The address of every rank's stream, which names the world of a set-up.
+fn stream_addresses(ranks: &[RankComm]) -> Vec<usize> {
+    ranks
+        .iter()
+        .map(|rank| Arc::as_ptr(rank.stream()) as usize)
+        .collect()
 }
 
 /// Runs one forced call on fresh random data (with NaN, ±inf, subnormals and
@@ -352,69 +465,139 @@ fn call_n<T: Element>(
     (0..n).try_for_each(|_| call_once(rank, collective, t, how).map(drop))
 }
 
-fn measure_typed<T: Element>(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<Vec<f64>> {
+/// One rank's part of a cached set-up.
+struct RankSetup<T> {
+    /// Declared first, so graphs are destroyed before the tensors they use.
+    graphs: HashMap<GraphKey, RankGraph>,
+    /// Sample i is the time between marks i and i + 1 (more may be pooled).
+    marks: Vec<CudaEvent>,
+    tensors: Tensors<T>,
+}
+
+/// A graph kept between rounds. A CUDA graph is not tied to a thread (a
+/// replay binds its context first); it only must not be used concurrently,
+/// and each is used by its rank's thread alone, one round at a time.
+struct RankGraph(Captured);
+// SAFETY: see above.
+unsafe impl Send for RankGraph {}
+
+impl<T> RankSetup<T> {
+    fn new(tensors: Tensors<T>) -> RankSetup<T> {
+        RankSetup {
+            graphs: HashMap::new(),
+            marks: Vec::new(),
+            tensors,
+        }
+    }
+
+    /// Grows the pool to at least `count` timing events, created on `ctx`.
+    fn pool_marks(&mut self, ctx: &Arc<CudaContext>, count: usize) -> Result<()> {
+        while self.marks.len() < count {
+            let mark = ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .during("creating a timing event")?;
+            self.marks.push(mark);
+        }
+        Ok(())
+    }
+}
+
+fn measure_typed<T: Element>(
+    cache: &mut TimingCache,
+    ranks: &mut [RankComm],
+    spec: &TimingSpec,
+) -> Result<Vec<f64>> {
     if spec.samples == 0 || spec.calls_per_sample == 0 {
         return Err(Error::Mismatch(
             "samples and calls_per_sample must be at least 1".into(),
         ));
     }
     ensure_runs::<T>(ranks, spec.call())?;
-    let tensors = call_tensors::<T>(ranks, spec.call(), spec.bytes ^ 0x5eed)?.0;
-    let how = spec.call().select();
-    let per_rank = for_each_rank(ranks, tensors, |rank, mut t, barrier| {
-        let stream = rank.stream().clone();
-        let ctx = stream.context().clone();
-        // samples + 1 events: sample i is the time between marks i and i + 1.
-        let marks = (0..=spec.samples)
-            .map(|_| {
-                ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-                    .during("creating a timing event")
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let calls = spec.calls_per_sample;
-        let graph = match spec.mode {
-            Mode::Eager => {
-                call_n(rank, spec.collective, &mut t, how, spec.warmup)?;
-                None
-            }
-            Mode::Graph => {
-                let graph = rank.capture(|r| call_n(r, spec.collective, &mut t, how, calls))?;
-                graph.upload()?;
-                for _ in 0..spec.warmup.max(1) {
-                    graph.launch()?;
-                }
-                Some(graph)
-            }
-        };
-        // A sample: one replay of the graph, or as many eager calls.
-        let mut sample = || match &graph {
-            Some(graph) => graph.launch(),
-            None => call_n(rank, spec.collective, &mut t, how, calls),
-        };
-        rank.check()?;
-        barrier.wait(rank.rank())?;
-        // One untimed sample absorbs the skew of the threads' start.
-        sample()?;
-        marks[0]
-            .record(&stream)
-            .during("recording a timing event")?;
-        for mark in &marks[1..] {
-            sample()?;
-            mark.record(&stream).during("recording a timing event")?;
-        }
-        let mut samples = Vec::with_capacity(spec.samples as usize);
-        for pair in marks.windows(2) {
-            let ms = pair[0]
-                .elapsed_ms(&pair[1])
-                .during("reading a timing event")?;
-            samples.push(ms as f64 * 1e3 / calls as f64);
-        }
-        rank.check()?;
-        Ok(samples)
+    let key = SetupKey::of(spec, stream_addresses(ranks));
+    let setups = match cache.take::<RankSetup<T>>(&key) {
+        Some(setups) => setups,
+        None => call_tensors::<T>(ranks, spec.call(), spec.bytes ^ 0x5eed)?
+            .0
+            .into_iter()
+            .map(RankSetup::new)
+            .collect(),
+    };
+    let timed = for_each_rank(ranks, setups, |rank, mut setup, barrier| {
+        let samples = time_round(rank, &mut setup, spec, barrier)?;
+        Ok((samples, setup))
     })?;
+    let (per_rank, setups): (Vec<Vec<f64>>, Vec<_>) = timed.into_iter().unzip();
+    cache.keep(key, setups);
     Ok((0..spec.samples as usize)
         .map(|s| per_rank.iter().map(|r| r[s]).fold(f64::MIN, f64::max))
         .collect())
+}
+
+/// One rank's round on `setup`: warm-up, the host barrier, one untimed
+/// sample, then `spec.samples` timed ones, in µs per call. In graph mode it
+/// replays the graph of `spec`'s call, captured on first use.
+fn time_round<T: Element>(
+    rank: &RankComm,
+    setup: &mut RankSetup<T>,
+    spec: &TimingSpec,
+    barrier: &RankBarrier,
+) -> Result<Vec<f64>> {
+    let stream = rank.stream().clone();
+    let how = spec.call().select();
+    let calls = spec.calls_per_sample;
+    setup.pool_marks(stream.context(), spec.samples as usize + 1)?;
+    let RankSetup {
+        graphs,
+        marks,
+        tensors,
+    } = setup;
+    let marks = &marks[..=spec.samples as usize];
+    let graph = match GraphKey::of(spec) {
+        None => {
+            call_n(rank, spec.collective, tensors, how, spec.warmup)?;
+            None
+        }
+        Some(key) => {
+            let graph = match graphs.entry(key) {
+                Slot::Occupied(kept) => &kept.into_mut().0,
+                Slot::Vacant(slot) => {
+                    let graph =
+                        rank.capture(|r| call_n(r, spec.collective, tensors, how, calls))?;
+                    graph.upload()?;
+                    &slot.insert(RankGraph(graph)).0
+                }
+            };
+            for _ in 0..spec.warmup.max(1) {
+                graph.launch()?;
+            }
+            Some(graph)
+        }
+    };
+    // A sample: one replay of the graph, or as many eager calls.
+    let mut sample = || match graph {
+        Some(graph) => graph.launch(),
+        None => call_n(rank, spec.collective, tensors, how, calls),
+    };
+    rank.check()?;
+    barrier.wait(rank.rank())?;
+    // One untimed sample absorbs the skew of the threads' start.
+    sample()?;
+    marks[0]
+        .record(&stream)
+        .during("recording a timing event")?;
+    for mark in &marks[1..] {
+        sample()?;
+        mark.record(&stream).during("recording a timing event")?;
+    }
+    let mut samples = Vec::with_capacity(spec.samples as usize);
+    for pair in marks.windows(2) {
+        let ms = pair[0]
+            .elapsed_ms(&pair[1])
+            .during("reading a timing event")?;
+        samples.push(ms as f64 * 1e3 / calls as f64);
+    }
+    rank.check()?;
+    Ok(samples)
 }
 
 fn validate_typed<T: Element>(ranks: &mut [RankComm], call: Call, seed: u64) -> Result<()> {
@@ -653,5 +836,159 @@ mod tests {
         assert!(message_lengths(Collective::AllGather, DType::F32, 4, 24).is_err());
         assert!(message_lengths(Collective::AllReduce, DType::F32, 2, 6).is_err());
         assert!(message_lengths(Collective::AllReduce, DType::F32, 2, 0).is_err());
+    }
+
+    const SPEC: TimingSpec = TimingSpec {
+        collective: Collective::AllReduce,
+        dtype: DType::Bf16,
+        algo: Algo::OneShotPush,
+        bytes: 65_536,
+        mode: Mode::Graph,
+        calls_per_sample: 8,
+        samples: 25,
+        warmup: 2,
+        hidden: 4096,
+        unfused_via: None,
+    };
+    const FUSED: TimingSpec = TimingSpec {
+        collective: Collective::AllReduceAddRmsNorm,
+        algo: Algo::Unfused,
+        ..SPEC
+    };
+    const WORLD: [usize; 2] = [0x1000, 0x2000];
+
+    fn key(spec: &TimingSpec) -> SetupKey {
+        SetupKey::of(spec, WORLD.to_vec())
+    }
+
+    /// A cache holding a (stand-in) set-up of `spec` on `WORLD`.
+    fn cached(spec: &TimingSpec) -> TimingCache {
+        let mut cache = TimingCache::default();
+        cache.keep(key(spec), vec![1u8, 2]);
+        cache
+    }
+
+    /// Another algorithm, mode, warm-up or sample count at the same size
+    /// times on the same tensors and events.
+    #[test]
+    fn every_call_at_the_same_size_reuses_the_set_up() {
+        let reusing = [
+            SPEC,
+            TimingSpec {
+                algo: Algo::TwoShotPull,
+                ..SPEC
+            },
+            TimingSpec {
+                mode: Mode::Eager,
+                ..SPEC
+            },
+            TimingSpec {
+                samples: 100,
+                warmup: 0,
+                calls_per_sample: 1,
+                ..SPEC
+            },
+            // The row is the fused collective's alone.
+            TimingSpec {
+                hidden: 8192,
+                ..SPEC
+            },
+        ];
+        for spec in reusing {
+            let mut cache = cached(&SPEC);
+            assert_eq!(cache.take::<u8>(&key(&spec)), Some(vec![1, 2]), "{spec:?}");
+            // Taken out for the round, kept again only after it.
+            assert_eq!(cache.take::<u8>(&key(&SPEC)), None);
+        }
+    }
+
+    /// Another size, collective, dtype, row or world needs other tensors:
+    /// the old set-up, graphs and all, is dropped, not kept beside the new.
+    #[test]
+    fn anything_else_drops_the_set_up() {
+        let others = [
+            (
+                SPEC,
+                key(&TimingSpec {
+                    bytes: 131_072,
+                    ..SPEC
+                }),
+            ),
+            (SPEC, key(&FUSED)),
+            (
+                SPEC,
+                key(&TimingSpec {
+                    dtype: DType::F32,
+                    ..SPEC
+                }),
+            ),
+            (
+                FUSED,
+                key(&TimingSpec {
+                    hidden: 8192,
+                    ..FUSED
+                }),
+            ),
+            (SPEC, SetupKey::of(&SPEC, vec![0x1000, 0x3000])),
+            (SPEC, SetupKey::of(&SPEC, vec![0x1000])),
+        ];
+        for (kept, other) in others {
+            let mut cache = cached(&kept);
+            assert_eq!(cache.take::<u8>(&other), None, "{other:?}");
+            assert_eq!(cache.take::<u8>(&key(&kept)), None, "{other:?}");
+        }
+        // A set-up of another element type is not this one.
+        assert_eq!(cached(&SPEC).take::<u16>(&key(&SPEC)), None);
+    }
+
+    /// A failed call drops the set-up: what it left in the tensors and
+    /// graphs is unknown.
+    #[test]
+    fn an_error_drops_the_set_up() {
+        let mut cache = cached(&SPEC);
+        let no_samples = TimingSpec { samples: 0, ..SPEC };
+        assert!(cache.measure(&mut [], &no_samples).is_err());
+        assert!(cache.entry.is_none());
+    }
+
+    /// In graph mode a set-up keeps a graph per forced call; eager rounds
+    /// replay none.
+    #[test]
+    fn graphs_are_kept_per_forced_call() {
+        let graph = GraphKey::of(&SPEC).expect("graph mode");
+        assert_eq!(
+            GraphKey::of(&TimingSpec {
+                mode: Mode::Eager,
+                ..SPEC
+            }),
+            None
+        );
+        let same = TimingSpec {
+            samples: 3,
+            warmup: 9,
+            ..SPEC
+        };
+        assert_eq!(GraphKey::of(&same), Some(graph));
+        let others = [
+            TimingSpec {
+                algo: Algo::OneShotPull,
+                ..SPEC
+            },
+            TimingSpec {
+                calls_per_sample: 4,
+                ..SPEC
+            },
+            FUSED,
+            TimingSpec {
+                unfused_via: Some(Algo::OneShotPull),
+                ..FUSED
+            },
+        ];
+        let mut seen = vec![graph];
+        for spec in others {
+            let other = GraphKey::of(&spec).expect("graph mode");
+            assert!(!seen.contains(&other), "{spec:?}");
+            seen.push(other);
+        }
     }
 }

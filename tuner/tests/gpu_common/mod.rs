@@ -450,10 +450,15 @@ pub fn fill_bytes<T: cudarc::driver::DeviceRepr>(
         .unwrap();
 }
 
-/// `measure` of `spec`, printed, and judged plausible: as many samples as
-/// asked, each finite, positive and below 10 ms a call.
+/// `measure` of `spec`, judged by [`plausibly`].
 pub fn measure_plausibly(ranks: &mut [RankComm], spec: &TimingSpec) -> Result<(), String> {
-    let us = measure(ranks, spec).map_err(|e| e.to_string())?;
+    plausibly(spec, measure(ranks, spec))
+}
+
+/// A measurement of `spec`, printed, and judged plausible: as many samples
+/// as asked, each finite, positive and below 10 ms a call.
+pub fn plausibly(spec: &TimingSpec, measured: kernels::Result<Vec<f64>>) -> Result<(), String> {
+    let us = measured.map_err(|e| e.to_string())?;
     eprintln!(
         "   {} {}: {us:.2?} us/call",
         spec.algo.name(),
