@@ -146,7 +146,7 @@ __device__ __forceinline__ void one_shot_push_add_rmsnorm(const CollArgs& a) {
         const Rows r = rows_of<E>(a);
         for (u64 first = r.first(); first < r.rows; first += r.step()) {
             if (!r.has(first)) break;
-            const u64 base = (first + r.g) * r.row_packs;
+            const u64 base = r.row(first) * r.row_packs;
             for (u32 p = r.lane(); p < r.row_packs; p += r.group) {
                 const Pack v = input(base + p);
                 for_peers<W>(a, [&](u32 q) { lamport_push((char*)a.push_bufs[q] + my_slot + (base + p) * 16u, v); });

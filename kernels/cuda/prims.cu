@@ -704,12 +704,20 @@ __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 
 // pack, is the unit of work: a group of `group` threads (whole warps: enough
 // for one pack each, at most the block) takes a row, pack p of it by thread
 // p mod group of the group; a block holds `groups` groups and takes rows in
-// passes, rows first, first + 1, ... (one per group) with first =
-// blockIdx * groups, then first + gridDim * groups, ... Every thread of a
-// block runs every pass of its block (the block's barriers need them all),
-// with a row or not. Every phase of a fused kernel that touches the user's
-// tensors keeps to this, so a pack of the output and of the residual is
-// written by the thread that read it (an in-place call is safe) and once.
+// passes. Rows are dealt to the blocks first: in pass k, group g of block b
+// takes row k * gridDim * groups + g * gridDim + b, so a call of a few rows
+// (decode) has one row per block, each on an SM of its own, instead of
+// filling the groups of the first blocks; and the host launches as many
+// threads per block as a pass needs groups (protocol::rows::row_threads),
+// so such a block has no idle warps (kernels/GPU.md, "Rows", has the A/B
+// of both). Every thread of a block runs every pass of its block (the block's
+// barriers need them all), with a row or not. Every phase of a fused kernel
+// that touches the user's tensors keeps to this, so a pack of the output and
+// of the residual is written by the thread that read it (an in-place call is
+// safe) and once.
+__device__ __forceinline__ u64 first_row_of_block() { return (u64)blockIdx.x; }
+__device__ __forceinline__ u64 row_of_group(u64 first, u32 g) { return first + (u64)g * gridDim.x; }
+
 struct Rows {
     u64 rows;       // rows of the call
     u32 row_packs;  // packs of a row
@@ -717,11 +725,14 @@ struct Rows {
     u32 groups;     // rows a block takes per pass
     u32 g;          // this thread's group (>= groups: none, it idles)
 
-    // The first row of this block's first pass, and the step between passes.
-    __device__ __forceinline__ u64 first() const { return (u64)blockIdx.x * groups; }
+    // Group 0's row in this block's first pass (a pass is named by its
+    // group 0's row), and the step from one pass to the next.
+    __device__ __forceinline__ u64 first() const { return first_row_of_block(); }
     __device__ __forceinline__ u64 step() const { return (u64)gridDim.x * groups; }
+    // This thread's row in the pass that starts at `first`.
+    __device__ __forceinline__ u64 row(u64 first) const { return row_of_group(first, g); }
     // Whether this thread has a row in the pass that starts at `first`.
-    __device__ __forceinline__ bool has(u64 first) const { return g < groups && first + g < rows; }
+    __device__ __forceinline__ bool has(u64 first) const { return g < groups && row(first) < rows; }
     // This thread's place in its group.
     __device__ __forceinline__ u32 lane() const { return threadIdx.x - g * group; }
     // Whether this block has any row.
@@ -834,7 +845,7 @@ __device__ __forceinline__ bool norm_rows(const CollArgs& a, bool ok, XOf x_of) 
     const bool one_pack = r.row_packs <= r.group;
     for (u64 first = r.first(); first < r.rows; first += r.step()) {
         const bool mine = r.has(first);
-        const u64 base = (first + r.g) * r.row_packs;
+        const u64 base = r.row(first) * r.row_packs;
         float squares = 0.0f;
         Pack x, w;
         if (mine && one_pack) {
@@ -882,8 +893,9 @@ __device__ __noinline__ void mark_failed_row_packs(char* out, char* residual, bo
     for (int k = 0; k < 4; ++k) nan.w[k] = 0xffffffffu;
     const u32 g = threadIdx.x / group;
     if (g >= groups) return;
-    for (u64 row = (u64)blockIdx.x * groups + g; row < rows; row += (u64)gridDim.x * groups)
+    for (u64 first = first_row_of_block(); row_of_group(first, g) < rows; first += (u64)gridDim.x * groups)
         for (u32 p = threadIdx.x - g * group; p < row_packs; p += group) {
+            const u64 row = row_of_group(first, g);
             const u64 offset = (row * row_packs + p) * 16u;
             st_io(out + offset, nan, aligned);
             st_io(residual + offset, nan, aligned);

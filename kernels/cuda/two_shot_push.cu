@@ -192,9 +192,9 @@ __device__ __noinline__ void mark_failed_own_rows(char* out, char* residual, boo
     const char* slot = (const char*)push + own_slot;
     u32 met = 0;    // packs of shard `rank` met so far, in the order step 4 takes them
     u64 start = 0;  // when the first wait began
-    for (u64 row = (u64)blockIdx.x * groups + g; row < rows; row += (u64)gridDim.x * groups)
+    for (u64 first = first_row_of_block(); row_of_group(first, g) < rows; first += (u64)gridDim.x * groups)
         for (u32 p = threadIdx.x - g * group; p < row_packs; p += group) {
-            const u64 i = row * row_packs + p;
+            const u64 i = row_of_group(first, g) * row_packs + p;
             const u64 j = i - own_first;  // wraps below own_first: then j >= own
             if (j < own && met++ >= taken) {
                 if (start == 0) start = globaltimer_ns();

@@ -3,7 +3,9 @@
 //! and fills the per-call fields of [`CollArgs`]; nothing here decides or
 //! validates. Every kernel of a rank launches the same grid
 //! ([`LaunchShape::grid`]): the kernels size their own work from the message
-//! (kernels/cuda/*.cu).
+//! (kernels/cuda/*.cu). Blocks have the rank's size, except for a call with
+//! rows, whose blocks have as many threads as its rows need
+//! ([`row_threads`]).
 
 pub mod args;
 
@@ -16,6 +18,7 @@ use crate::module::KernelSet;
 use crate::protocol::PACK_BYTES;
 use crate::protocol::launch::LaunchShape;
 use crate::protocol::registry::Kernel;
+use crate::protocol::rows::row_threads;
 use crate::protocol::signature::{CallSignature, Placement};
 use crate::vocab::{Collective, DType};
 
@@ -115,7 +118,14 @@ pub(crate) fn launch(
     }
     .encode()
         | call.placement.bits();
-    launch_args(kernels, function, stream, shape, &call.args(base, call_sig))
+    launch_args(
+        kernels,
+        function,
+        stream,
+        shape,
+        call,
+        &call.args(base, call_sig),
+    )
 }
 
 /// Launches the add + RMSNorm kernel of the fused collective's unfused path
@@ -134,20 +144,35 @@ pub(crate) fn launch_add_rmsnorm(
     let function = kernels.add_rmsnorm(call.dtype).ok_or_else(|| {
         Error::Unsupported(format!("no add + RMSNorm kernel for {}", call.dtype.name()))
     })?;
-    launch_args(kernels, function, stream, shape, &call.args(base, 0))
+    launch_args(kernels, function, stream, shape, call, &call.args(base, 0))
 }
 
-/// Launches `function` with `args` on the rank's grid.
+/// Launches `function` with `args` on the rank's grid: blocks of the rank's
+/// size, or for a call with rows as many threads as its rows need
+/// ([`row_threads`]).
 fn launch_args(
     kernels: &KernelSet,
     function: &cudarc::driver::CudaFunction,
     stream: &CudaStream,
     shape: LaunchShape,
+    call: &Call,
     args: &CollArgs,
 ) -> Result<()> {
+    let threads = match call.norm {
+        Some(norm) => {
+            let row_bytes = u64::from(norm.hidden) * call.dtype.size_bytes();
+            row_threads(
+                row_bytes / PACK_BYTES,
+                call.bytes_per_rank / row_bytes.max(1),
+                shape.grid(),
+                shape.threads,
+            )
+        }
+        None => shape.threads,
+    };
     let config = LaunchConfig {
         grid_dim: (shape.grid(), 1, 1),
-        block_dim: (shape.threads, 1, 1),
+        block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
     if kernels.programmatic() {
