@@ -158,33 +158,34 @@ pub fn interleaved_round(
     Ok(())
 }
 
-/// The fastest candidate at a size (by median) and every other whose choice
-/// against it is open: the interval of the fastest's median over the
-/// other's holds `1 − margin`, and one of its ends lies farther than the
-/// resolution from the estimate. `None` when no choice is open.
+/// The two best candidates at a size (by median), when the choice between
+/// them is open: the interval of the fastest's median over the runner-up's
+/// holds `1 − margin`, and one of its ends lies farther than the resolution
+/// from the estimate. `None` when it is not. Only the runner-up is contested:
+/// a third candidate within the margin of the fastest can take the size only
+/// by a tie with its neighbouring band, which costs at most the margin;
+/// refining every such candidate, where three or four are within a few per
+/// cent (a loopback world's eager keys), costs a sweep about a fifth more
+/// time (docs/results.md, "The sweep's cost").
 pub fn open_contest(column: &Column, effort: &Effort) -> Option<Vec<Algo>> {
     let mut by_median: Vec<(Algo, f64)> = medians(column).into_iter().collect();
     by_median.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let (fast, _) = *by_median.first()?;
+    let [(fast, _), (runner_up, _), ..] = by_median[..] else {
+        return None;
+    };
     let threshold = 1.0 - effort.margin;
     let known = 1.0 + effort.resolution;
-    let open: Vec<Algo> = by_median[1..]
-        .iter()
-        .filter(|(other, _)| {
-            stats::ratio(
-                &column[&fast].samples_us,
-                &column[other].samples_us,
-                effort.confidence,
-            )
-            .is_some_and(|r| {
-                r.low <= threshold
-                    && threshold <= r.high
-                    && (r.ratio / r.low > known || r.high / r.ratio > known)
-            })
-        })
-        .map(|(algo, _)| *algo)
-        .collect();
-    (!open.is_empty()).then(|| std::iter::once(fast).chain(open).collect())
+    stats::ratio(
+        &column[&fast].samples_us,
+        &column[&runner_up].samples_us,
+        effort.confidence,
+    )
+    .is_some_and(|r| {
+        r.low <= threshold
+            && threshold <= r.high
+            && (r.ratio / r.low > known || r.high / r.ratio > known)
+    })
+    .then(|| vec![fast, runner_up])
 }
 
 /// Spends up to `max_rounds` extra rounds at one size, interleaved, on the
