@@ -6,6 +6,7 @@
 //! Nothing here reads a clock: every date and version in the document comes
 //! from the evidence, so fitting the same evidence always gives the same bytes.
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use policy::{Arch, Link, TableKey};
@@ -260,23 +261,14 @@ pub fn write_fitted(
             (merged.document.clone(), Some(merged))
         }
     };
+    let text = checked_toml(&doc, toml_path)?;
     let folder = folder_of(toml_path);
-    check_in_folder(&doc, folder, toml_path).map_err(|problems| {
-        format!(
-            "the tables would not compile into policy, so {} was not written:{problems}",
-            toml_path.display()
-        )
-    })?;
-    let text = to_toml_string(&doc);
     std::fs::create_dir_all(folder)
         .map_err(|e| format!("cannot create folder {}: {e}", folder.display()))?;
-    let write = |path: &Path, text: &str| {
-        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
-    };
     if write_evidence {
-        write(&evidence_path, &evidence.to_json())?;
+        write_text(&evidence_path, &evidence.to_json())?;
     }
-    write(toml_path, &text).map_err(|error| WriteFailure {
+    write_text(toml_path, &text).map_err(|error| WriteFailure {
         error,
         evidence_written: write_evidence.then(|| evidence_path.clone()),
     })?;
@@ -284,6 +276,47 @@ pub fn write_fitted(
         evidence_path,
         merged,
     })
+}
+
+/// Extends the notes of the tables of the file at `toml_path` that
+/// `clauses` names, each by its clause after a `; `, and writes the file back
+/// as [`write_fitted`] writes it; nothing else of it changes.
+pub fn extend_notes(toml_path: &Path, clauses: &BTreeMap<TableKey, String>) -> Result<(), String> {
+    let mut doc = existing_document(toml_path)
+        .map_err(|d| {
+            format!(
+                "{} does not parse:{}",
+                toml_path.display(),
+                crate::format::diagnostics(&d)
+            )
+        })?
+        .ok_or_else(|| format!("{} is not there", toml_path.display()))?;
+    for table in &mut doc.tables {
+        if let Some(clause) = clauses.get(&table.key) {
+            table.note = Some(match table.note.take() {
+                Some(note) => format!("{note}; {clause}"),
+                None => clause.clone(),
+            });
+        }
+    }
+    write_text(toml_path, &checked_toml(&doc, toml_path)?)
+}
+
+/// `doc` in canonical form, once it passed every check the proc-macro runs
+/// on it as the file at `toml_path` beside the others of its folder: a
+/// document the macro would refuse is never written.
+fn checked_toml(doc: &Document, toml_path: &Path) -> Result<String, String> {
+    check_in_folder(doc, folder_of(toml_path), toml_path).map_err(|problems| {
+        format!(
+            "the tables would not compile into policy, so {} was not written:{problems}",
+            toml_path.display()
+        )
+    })?;
+    Ok(to_toml_string(doc))
+}
+
+fn write_text(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// The evidence file for a sweep whose tables go into `toml_path`: `preferred`

@@ -355,6 +355,53 @@ fn a_fused_sweep_compares_its_crossovers_across_hidden_sizes() {
     );
 }
 
+/// What the comparison across hidden sizes found is in the fused tables'
+/// notes, and only in theirs; the file stays canonical and loads.
+#[test]
+fn a_fused_sweep_notes_its_hidden_sizes_in_the_fused_tables() {
+    let dir = common::scratch("synthetic-fused-notes");
+    let out = tuner(&[
+        "sweep",
+        "--synthetic",
+        "--collectives",
+        "all_reduce,all_reduce_add_rmsnorm",
+        "--hidden",
+        "4096,2048",
+        "--world-sizes",
+        "2",
+        "--dtypes",
+        "bf16",
+        "--modes",
+        "graph,eager",
+        "--max-bytes",
+        "8MiB",
+        "--no-progress",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let path = dir.join("sm90-nvlink.toml");
+    let toml = std::fs::read_to_string(&path).unwrap();
+    let doc = tuned_schema::validate::parse_document(&path.display().to_string(), &toml)
+        .unwrap_or_else(|d| panic!("{d:?}"));
+    assert_eq!(
+        tuned_schema::write::to_toml_string(&doc),
+        toml,
+        "written canonically"
+    );
+    tuned_schema::folder::load_folder(&dir, "tuned").unwrap_or_else(|d| panic!("{d:?}"));
+    assert_eq!(doc.tables.len(), 4, "{toml}");
+    for table in &doc.tables {
+        let note = table.note.as_deref().expect("every table has a note");
+        assert!(note.starts_with("measured by tuner v"), "{note}");
+        let noted = note.contains("; fitted at hidden 4096 (bytes = tokens × hidden × element size); at hidden 2048 these bands cost at most ");
+        let fused = table.key.collective == policy::Collective::AllReduceAddRmsNorm;
+        assert_eq!(noted, fused, "{}: {note}", table.key);
+        // The synthetic model is by bytes: the bands hold at any hidden size.
+        assert_eq!(note.ends_with("(they hold)"), fused, "{note}");
+    }
+}
+
 #[test]
 fn synthetic_sweep_verify_and_plot() {
     let dir = common::scratch("synthetic-cli");

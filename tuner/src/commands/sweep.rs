@@ -1,5 +1,6 @@
 //! `tuner sweep`: measure, fit, write the TOML and its evidence.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -9,14 +10,16 @@ use crate::backend::Repetitions;
 use crate::evidence::Evidence;
 use crate::fit::fit;
 use crate::format;
+use crate::hidden::Comparison;
 use crate::observe::RunStatus;
 use crate::progress::{Progress, install_ctrl_c};
 use crate::sweep::{SweepSettings, plan, sweep as run_sweep};
 use crate::tuned_file::{
-    FitReport, WriteFailure, evidence_file_name, file_stem, test_kind, toml_file_name, write_fitted,
+    FitReport, WriteFailure, evidence_file_name, extend_notes, file_stem, test_kind,
+    toml_file_name, write_fitted,
 };
 use crate::tuned_folder::{check_folder, check_test_destination};
-use policy::Collective;
+use policy::{Collective, TableKey};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct SweepArgs {
@@ -34,8 +37,9 @@ pub struct SweepArgs {
     pub keys: KeyArgs,
     /// all_reduce_add_rmsnorm's rows: hidden sizes, comma-separated (each a
     /// multiple of 8 in 64..=16384). The tables are fitted at the first; the
-    /// fused keys are swept again at each other one and the log says whether
-    /// their crossovers move (the tables are keyed by bytes)
+    /// fused keys are swept again at each other one, and the log and the
+    /// fused tables' notes say whether their crossovers move (the tables are
+    /// keyed by bytes)
     #[arg(long, value_delimiter = ',', default_value = "4096,2048,8192")]
     pub hidden: Vec<usize>,
     /// Timed samples per point in the first round (at least 5)
@@ -224,7 +228,7 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         .contains(&Collective::AllReduceAddRmsNorm)
         && args.hidden.len() > 1
     {
-        return other_hidden_sizes(&mut *backend, args, &result.keys, out);
+        return other_hidden_sizes(&mut *backend, args, &result.keys, &toml_path, out);
     }
     Ok(Exit::Ok)
 }
@@ -245,11 +249,15 @@ fn check_hidden(hidden: &[usize]) -> Result<(), Error> {
 
 /// The fused keys swept again at each other `--hidden` size, fitted, and
 /// compared with `first` (the tables, fitted at the first size): whether
-/// the crossovers move ([`crate::hidden`]). Nothing is written.
+/// the crossovers move ([`crate::hidden`]). The finding goes into the log
+/// and, once every size is compared, into the notes of the fused tables at
+/// `toml_path` (written already, so that a second phase that does not finish
+/// leaves them as a sweep at one hidden size would).
 fn other_hidden_sizes(
     backend: &mut dyn crate::backend::Backend,
     args: &SweepArgs,
     first: &[crate::fit::KeyFit],
+    toml_path: &Path,
     out: &mut dyn Write,
 ) -> Result<Exit, Error> {
     let fit_settings = args.fit.settings()?;
@@ -263,7 +271,8 @@ fn other_hidden_sizes(
         "all_reduce_add_rmsnorm at other hidden sizes (the tables above: hidden {}):",
         args.hidden[0]
     )?;
-    let mut moved = 0;
+    let unnoted = unnoted(args.hidden[0]);
+    let mut comparisons: BTreeMap<TableKey, Vec<Comparison>> = BTreeMap::new();
     for &hidden in &args.hidden[1..] {
         backend.use_hidden(hidden);
         let outcome =
@@ -271,17 +280,11 @@ fn other_hidden_sizes(
         match outcome.status {
             RunStatus::Complete => {}
             RunStatus::Interrupted => {
-                writeln!(
-                    out,
-                    "interrupted at hidden {hidden}; the tables are written"
-                )?;
+                writeln!(out, "interrupted at hidden {hidden}; {unnoted}")?;
                 return Ok(Exit::Interrupted);
             }
             RunStatus::Failed(e) => {
-                return Err(Error::Failed(format!(
-                    "at hidden {hidden}: {e}; the tables (hidden {}) are written",
-                    args.hidden[0]
-                )));
+                return Err(Error::Failed(format!("at hidden {hidden}: {e}; {unnoted}")));
             }
         }
         let other = fit(&outcome.evidence, &fit_settings);
@@ -293,27 +296,18 @@ fn other_hidden_sizes(
                 continue;
             };
             let c = crate::hidden::compare(base, key, measured, hidden, fit_settings.margin);
-            let verdict = match (&c.moved, c.worst) {
-                (Some(why), _) => {
-                    moved += 1;
-                    format!("crossovers MOVE: {why}")
-                }
-                (None, Some((cost, _))) => format!(
-                    "crossovers do not move beyond the margin (the first hidden size's bands cost at most {} here)",
-                    crate::format::percent(cost)
-                ),
-                (None, None) => {
-                    "crossovers not judged (no size measured the first's algorithms)".to_string()
-                }
-            };
             writeln!(
                 out,
-                "  {} hidden {hidden}: {verdict}; {}",
-                key.key, c.crossovers
+                "  {} hidden {hidden}: {}; {}",
+                key.key,
+                c.verdict(),
+                c.crossovers
             )?;
+            comparisons.entry(key.key).or_default().push(c);
         }
     }
     progress.finish();
+    let moved = comparisons.values().flatten().filter(|c| c.moved).count();
     writeln!(
         out,
         "{}",
@@ -326,7 +320,37 @@ fn other_hidden_sizes(
             )
         }
     )?;
+    note_hidden_sizes(&args.hidden, first, &comparisons, toml_path)?;
     Ok(Exit::Ok)
+}
+
+/// Adds to the note of each fused table of `first` (fitted at `hidden[0]`)
+/// what `comparisons` found for its key at the other `hidden` sizes, or that
+/// it could not be judged there.
+fn note_hidden_sizes(
+    hidden: &[usize],
+    first: &[crate::fit::KeyFit],
+    comparisons: &BTreeMap<TableKey, Vec<Comparison>>,
+    toml_path: &Path,
+) -> Result<(), Error> {
+    let (first_hidden, others) = (hidden[0], &hidden[1..]);
+    let clauses = first
+        .iter()
+        .filter(|k| k.key.collective == Collective::AllReduceAddRmsNorm)
+        .map(|k| {
+            let found = comparisons.get(&k.key).map_or(&[][..], Vec::as_slice);
+            (k.key, crate::hidden::note(first_hidden, others, found))
+        })
+        .collect();
+    extend_notes(toml_path, &clauses)
+        .map_err(|e| Error::Failed(format!("{e}; {}", unnoted(first_hidden))))
+}
+
+/// Where a sweep stands when its other hidden sizes are not in the notes.
+fn unnoted(first_hidden: usize) -> String {
+    format!(
+        "the tables (hidden {first_hidden}) are written without the other hidden sizes in their notes"
+    )
 }
 
 /// Checks, before anything is measured, that the tables of `platform` can
