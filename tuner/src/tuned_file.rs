@@ -6,7 +6,6 @@
 //! Nothing here reads a clock: every date and version in the document comes
 //! from the evidence, so fitting the same evidence always gives the same bytes.
 
-use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use policy::{Arch, Link, TableKey};
@@ -83,7 +82,7 @@ pub fn build_document(
                 // The file's `[platform]` names the measurement; a merge into a
                 // file with other sources makes it explicit (`tuned_schema::merge`).
                 source: None,
-                note: Some(table_note(key, fit, &platform.tuner_version)),
+                note: Some(table_note(evidence, key, fit)),
                 bands: key.bands.clone(),
             })
             .collect(),
@@ -103,13 +102,21 @@ pub fn source_of(evidence: &Evidence) -> Source {
 }
 
 /// How a table was measured, for the reviewer reading the TOML: with the
-/// memory budget per rank it was fitted for, if any.
-fn table_note(key: &KeyFit, fit: &FitResult, tuner_version: &str) -> String {
+/// memory budget per rank it was fitted for, if any, and, for a fused key
+/// swept at several hidden sizes, what its evidence found at the others.
+fn table_note(evidence: &Evidence, key: &KeyFit, fit: &FitResult) -> String {
     let budget = fit.memory_budget.map_or(String::new(), |b| {
         format!(", memory budget {} per rank", format_size(b))
     });
+    let hidden = evidence
+        .of_key(key.key)
+        .and_then(|k| k.hidden.as_ref())
+        .map_or(String::new(), |sizes| {
+            format!("; {}", crate::hidden::note(sizes))
+        });
     format!(
-        "measured by tuner v{tuner_version}: {} sizes, at least {} samples/point, noise margin {}%{budget}",
+        "measured by tuner v{}: {} sizes, at least {} samples/point, noise margin {}%{budget}{hidden}",
+        evidence.platform.tuner_version,
         key.sizes,
         key.min_samples,
         (fit.settings.margin * 1000.0).round() / 10.0
@@ -276,30 +283,6 @@ pub fn write_fitted(
         evidence_path,
         merged,
     })
-}
-
-/// Extends the notes of the tables of the file at `toml_path` that
-/// `clauses` names, each by its clause after a `; `, and writes the file back
-/// as [`write_fitted`] writes it; nothing else of it changes.
-pub fn extend_notes(toml_path: &Path, clauses: &BTreeMap<TableKey, String>) -> Result<(), String> {
-    let mut doc = existing_document(toml_path)
-        .map_err(|d| {
-            format!(
-                "{} does not parse:{}",
-                toml_path.display(),
-                crate::format::diagnostics(&d)
-            )
-        })?
-        .ok_or_else(|| format!("{} is not there", toml_path.display()))?;
-    for table in &mut doc.tables {
-        if let Some(clause) = clauses.get(&table.key) {
-            table.note = Some(match table.note.take() {
-                Some(note) => format!("{note}; {clause}"),
-                None => clause.clone(),
-            });
-        }
-    }
-    write_text(toml_path, &checked_toml(&doc, toml_path)?)
 }
 
 /// `doc` in canonical form, once it passed every check the proc-macro runs
