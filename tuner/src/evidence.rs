@@ -91,8 +91,100 @@ pub struct KeyEvidence {
     pub world_size: u32,
     pub dtype: DType,
     pub mode: Mode,
+    /// The fused collective's key swept again at other hidden sizes (`sweep
+    /// --hidden`): what its bands, fitted from `points`, cost there. Absent
+    /// for every other key, and for a fused key swept at one hidden size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<HiddenSizes>,
     /// Sorted by size, then algorithm.
     pub points: Vec<PointEvidence>,
+}
+
+/// A fused key's bands judged at the other hidden sizes of its sweep
+/// ([`crate::hidden`]): its tables are keyed by bytes, so whether they hold
+/// at another hidden size is measured, and the table's note says it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HiddenSizes {
+    /// The hidden size (elements of a row) the key's points were measured
+    /// at: the one its bands are fitted for.
+    pub fitted_at: usize,
+    /// What was found at each other hidden size, in the order swept.
+    pub others: Vec<HiddenFinding>,
+}
+
+/// What the bands fitted at [`HiddenSizes::fitted_at`] cost at another
+/// hidden size: `worst_cost` is the largest excess, over the sizes measured
+/// there, of the band's algorithm's median over the fastest one's (a
+/// fraction, to a millionth), at `worst_at` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case", deny_unknown_fields)]
+pub enum HiddenFinding {
+    /// At most the sweep's margin everywhere: the bands hold there.
+    Holds {
+        hidden: usize,
+        worst_cost: f64,
+        worst_at: u64,
+    },
+    /// More than the margin at `worst_at`: the crossovers move.
+    Moves {
+        hidden: usize,
+        worst_cost: f64,
+        worst_at: u64,
+    },
+    NotJudged {
+        hidden: usize,
+        why: Unjudged,
+    },
+}
+
+/// Why a fused key's bands were not judged at another hidden size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unjudged {
+    /// The key had no usable point there: nothing to compare with.
+    NoUsablePoint,
+    /// No size measured there had a usable point of the band's algorithm.
+    BandsUnmeasured,
+}
+
+impl HiddenFinding {
+    pub fn hidden(&self) -> usize {
+        match *self {
+            HiddenFinding::Holds { hidden, .. }
+            | HiddenFinding::Moves { hidden, .. }
+            | HiddenFinding::NotJudged { hidden, .. } => hidden,
+        }
+    }
+
+    /// The worst cost, where the bands were judged.
+    fn worst_cost(&self) -> Option<f64> {
+        match *self {
+            HiddenFinding::Holds { worst_cost, .. } | HiddenFinding::Moves { worst_cost, .. } => {
+                Some(worst_cost)
+            }
+            HiddenFinding::NotJudged { .. } => None,
+        }
+    }
+}
+
+impl HiddenSizes {
+    /// Each hidden size once, costs that are fractions.
+    fn check(&self) -> Result<(), String> {
+        let mut seen = std::collections::BTreeSet::from([self.fitted_at]);
+        for finding in &self.others {
+            let hidden = finding.hidden();
+            if !seen.insert(hidden) {
+                return Err(format!("hidden {hidden} appears twice"));
+            }
+            if let Some(cost) = finding.worst_cost()
+                && !(cost.is_finite() && cost >= 0.0)
+            {
+                return Err(format!("hidden {hidden} has a worst_cost of {cost}"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The samples of one algorithm at one size.
@@ -152,6 +244,7 @@ impl KeyEvidence {
             world_size: key.world_size,
             dtype: key.dtype,
             mode: key.mode,
+            hidden: None,
             points: Vec::new(),
         }
     }
@@ -176,6 +269,11 @@ impl KeyEvidence {
 }
 
 impl Evidence {
+    /// The points (and findings) of `key`, if it was swept.
+    pub fn of_key(&self, key: TableKey) -> Option<&KeyEvidence> {
+        self.keys.iter().find(|k| k.key() == key)
+    }
+
     /// Every (key, algorithm) with points that failed their check or could not
     /// run, in key order. Such points have no samples, so the fit leaves that
     /// algorithm out at those sizes: where it is NCCL, the baseline, the bands
@@ -264,6 +362,15 @@ impl Evidence {
             }
             if !seen_keys.insert(key.key()) {
                 return Err(format!("{name}: key appears twice"));
+            }
+            if let Some(hidden) = &key.hidden {
+                if key.collective != Collective::AllReduceAddRmsNorm {
+                    return Err(format!(
+                        "{name}: only {} has hidden sizes",
+                        Collective::AllReduceAddRmsNorm.name()
+                    ));
+                }
+                hidden.check().map_err(|e| format!("{name}: {e}"))?;
             }
             let mut seen_points = std::collections::BTreeSet::new();
             for point in &key.points {
@@ -411,6 +518,7 @@ pub(crate) mod tests {
                 world_size: 8,
                 dtype: DType::Bf16,
                 mode: Mode::Graph,
+                hidden: None,
                 points: vec![
                     PointEvidence {
                         bytes: 16,
@@ -445,6 +553,74 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(text.contains("\n  \"evidence_version\": 1,\n"), "{text}");
+        assert!(!text.contains("hidden"), "no key has hidden sizes: {text}");
+    }
+
+    /// A fused key swept at three hidden sizes, judged at the other two.
+    fn fused_evidence() -> Evidence {
+        let mut evidence = sample_evidence();
+        let mut fused = KeyEvidence::new(TableKey {
+            collective: Collective::AllReduceAddRmsNorm,
+            ..evidence.keys[0].key()
+        });
+        fused.hidden = Some(HiddenSizes {
+            fitted_at: 4096,
+            others: vec![
+                HiddenFinding::Holds {
+                    hidden: 2048,
+                    worst_cost: 0.0092,
+                    worst_at: 1 << 20,
+                },
+                HiddenFinding::Moves {
+                    hidden: 8192,
+                    worst_cost: 0.062,
+                    worst_at: 256 << 10,
+                },
+                HiddenFinding::NotJudged {
+                    hidden: 1024,
+                    why: Unjudged::NoUsablePoint,
+                },
+            ],
+        });
+        evidence.keys.push(fused);
+        evidence
+    }
+
+    #[test]
+    fn hidden_sizes_round_trip_as_data() {
+        let evidence = fused_evidence();
+        let text = evidence.to_json();
+        assert_eq!(Evidence::from_json("e.json", &text).unwrap(), evidence);
+        assert!(
+            text.contains(
+                "\n      \"hidden\": {\n        \"fitted_at\": 4096,\n        \"others\": [\
+                 {\"verdict\": \"holds\", \"hidden\": 2048, \"worst_cost\": 0.0092, \"worst_at\": 1048576}, \
+                 {\"verdict\": \"moves\", \"hidden\": 8192, \"worst_cost\": 0.062, \"worst_at\": 262144}, \
+                 {\"verdict\": \"not_judged\", \"hidden\": 1024, \"why\": \"no_usable_point\"}]\n      },\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn bad_hidden_sizes_are_refused() {
+        let text = fused_evidence().to_json();
+        let typo = text.replacen("\"worst_at\"", "\"worst_bytes\"", 1);
+        let err = Evidence::from_json("e.json", &typo).unwrap_err();
+        assert!(err.contains("unknown field `worst_bytes`"), "{err}");
+
+        let mut evidence = fused_evidence();
+        let fused = evidence.keys[1].hidden.take();
+        evidence.keys[0].hidden = fused;
+        let err = Evidence::from_json("e.json", &evidence.to_json()).unwrap_err();
+        assert!(
+            err.contains("only all_reduce_add_rmsnorm has hidden sizes"),
+            "{err}"
+        );
+
+        let twice = text.replacen("\"hidden\": 8192", "\"hidden\": 4096", 1);
+        let err = Evidence::from_json("e.json", &twice).unwrap_err();
+        assert!(err.contains("hidden 4096 appears twice"), "{err}");
     }
 
     #[test]

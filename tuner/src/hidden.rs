@@ -4,13 +4,14 @@
 //! fits the first and measures the others, and here the first hidden size's
 //! bands are judged on each other one's measurements: when they cost more
 //! than the margin over the fastest measured algorithm at some size, the
-//! crossovers move by more than the noise allows for, and the report says
-//! where; otherwise the first's table holds there too. A crossing between two
-//! algorithms that are within the margin of each other around it can sit
-//! anywhere in that range at no cost, so where the edges land is reported but
-//! does not decide.
+//! crossovers move by more than the noise allows for, and the report (the
+//! sweep's log, and its evidence, from which the fused tables' notes say it:
+//! [`note`]) says where; otherwise the first's table holds there too. A
+//! crossing between two algorithms that are within the margin of each other
+//! around it can sit anywhere in that range at no cost, so where the edges
+//! land is reported but does not decide.
 
-use crate::evidence::KeyEvidence;
+use crate::evidence::{HiddenFinding, HiddenSizes, KeyEvidence, Unjudged};
 use crate::fit::KeyFit;
 use crate::format;
 
@@ -33,14 +34,110 @@ pub fn check(hidden: usize) -> Result<(), String> {
 /// One key's crossovers at another hidden size, against the first's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Comparison {
-    pub hidden: usize,
-    /// `None`: they do not move; else what differs, in words.
-    pub moved: Option<String>,
-    /// What the first hidden size's bands cost here, at worst (a fraction),
-    /// and where; `None` where no size had the band's algorithm measured.
-    pub worst: Option<(f64, u64)>,
+    /// What the first hidden size's bands cost here, as the evidence records
+    /// it ([`KeyEvidence::hidden`]).
+    pub finding: HiddenFinding,
     /// The other hidden size's crossovers, in words.
     pub crossovers: String,
+}
+
+impl Comparison {
+    /// The sweep log's verdict on this key at this hidden size.
+    pub fn verdict(&self) -> String {
+        match self.finding {
+            HiddenFinding::Moves {
+                worst_cost,
+                worst_at,
+                ..
+            } => format!(
+                "crossovers MOVE: the first hidden size's bands cost {} (the fastest there is faster by more than the margin)",
+                moved_cost(worst_cost, worst_at)
+            ),
+            HiddenFinding::Holds { worst_cost, .. } => format!(
+                "crossovers do not move beyond the margin (the first hidden size's bands cost {} here)",
+                held_cost(worst_cost)
+            ),
+            HiddenFinding::NotJudged { why, .. } => {
+                let why = match why {
+                    Unjudged::BandsUnmeasured => "no size measured the first's algorithms",
+                    Unjudged::NoUsablePoint => "no usable point",
+                };
+                format!("crossovers not judged ({why})")
+            }
+        }
+    }
+}
+
+/// Where bands move, how much and where, as both the log and the note say
+/// it: `6.20% at 256KiB`.
+fn moved_cost(worst_cost: f64, worst_at: u64) -> String {
+    format!(
+        "{} at {}",
+        format::percent(worst_cost),
+        format::size(worst_at)
+    )
+}
+
+/// Where bands hold, the bound, as both the log and the note say it: `at
+/// most 1.20%`.
+fn held_cost(worst_cost: f64) -> String {
+    format!("at most {}", format::percent(worst_cost))
+}
+
+/// A finding as a table's note says it, of the table's own bands.
+fn clause(finding: &HiddenFinding) -> String {
+    let hidden = finding.hidden();
+    match *finding {
+        HiddenFinding::Moves {
+            worst_cost,
+            worst_at,
+            ..
+        } => format!(
+            "at hidden {hidden} these bands cost {} (the crossovers move beyond the margin)",
+            moved_cost(worst_cost, worst_at)
+        ),
+        HiddenFinding::Holds { worst_cost, .. } => format!(
+            "at hidden {hidden} these bands cost {} (they hold)",
+            held_cost(worst_cost)
+        ),
+        HiddenFinding::NotJudged { why, .. } => {
+            let why = match why {
+                Unjudged::BandsUnmeasured => "no size measured these bands' algorithms",
+                Unjudged::NoUsablePoint => "no usable point",
+            };
+            format!("at hidden {hidden} not judged ({why})")
+        }
+    }
+}
+
+/// What the evidence records for a fused key fitted at hidden `fitted_at`
+/// once it was swept again at each of `others`: per size its finding from
+/// `found`, or, where it has none, that the key had no usable point there.
+pub fn hidden_sizes(fitted_at: usize, others: &[usize], found: &[HiddenFinding]) -> HiddenSizes {
+    let finding_at = |hidden| {
+        found
+            .iter()
+            .find(|f| f.hidden() == hidden)
+            .copied()
+            .unwrap_or(HiddenFinding::NotJudged {
+                hidden,
+                why: Unjudged::NoUsablePoint,
+            })
+    };
+    HiddenSizes {
+        fitted_at,
+        others: others.iter().map(|&hidden| finding_at(hidden)).collect(),
+    }
+}
+
+/// What the note of a fused table adds from its key's evidence: the hidden
+/// size its bytes stand for, and what its bands cost at each other one.
+pub fn note(sizes: &HiddenSizes) -> String {
+    format!(
+        "fitted at hidden {} (bytes = tokens × hidden × element size); {}",
+        sizes.fitted_at,
+        format::list(sizes.others.iter().map(clause))
+    )
 }
 
 /// The crossovers of `fit`, in words: `a → b between X and Y, …`.
@@ -69,20 +166,42 @@ pub fn compare(
     hidden: usize,
     margin: f64,
 ) -> Comparison {
-    let worst = crate::plot::regret(measured, &first.bands).map(|r| (r.worst, r.worst_at));
-    let moved = worst.filter(|&(cost, _)| cost > margin).map(|(cost, at)| {
-        format!(
-            "the first hidden size's bands cost {} at {} (the fastest there is faster by more than the margin)",
-            format::percent(cost),
-            format::size(at)
-        )
-    });
+    let finding = match crate::plot::regret(measured, &first.bands) {
+        None => HiddenFinding::NotJudged {
+            hidden,
+            why: Unjudged::BandsUnmeasured,
+        },
+        // Judged on the cost as recorded, so that the evidence agrees with
+        // itself.
+        Some(regret) => {
+            let (worst_cost, worst_at) = (recorded(regret.worst), regret.worst_at);
+            if worst_cost > margin {
+                HiddenFinding::Moves {
+                    hidden,
+                    worst_cost,
+                    worst_at,
+                }
+            } else {
+                HiddenFinding::Holds {
+                    hidden,
+                    worst_cost,
+                    worst_at,
+                }
+            }
+        }
+    };
     Comparison {
-        hidden,
-        moved,
-        worst,
+        finding,
         crossovers: crossovers(other),
     }
+}
+
+/// A cost as the evidence records it, to a millionth (the note shows a
+/// hundredth of a percent): a decimal that short reads back from the JSON as
+/// exactly this value, so the note a re-fit writes from the evidence says
+/// what the sweep's said, to the last digit.
+fn recorded(cost: f64) -> f64 {
+    (cost * 1e6).round() / 1e6
 }
 
 #[cfg(test)]
@@ -134,10 +253,6 @@ mod tests {
             ..PointEvidence::new(bytes, algo, PointOrigin::Grid)
         };
         KeyEvidence {
-            collective: KEY.collective,
-            world_size: KEY.world_size,
-            dtype: KEY.dtype,
-            mode: KEY.mode,
             points: at
                 .iter()
                 .flat_map(|&(bytes, one, two)| {
@@ -147,6 +262,7 @@ mod tests {
                     ]
                 })
                 .collect(),
+            ..KeyEvidence::new(KEY)
         }
     }
 
@@ -156,8 +272,10 @@ mod tests {
         // at 96 KiB the two are 1 % apart, less than the margin.
         let m = measured([(96 << 10, 10.1, 10.0), (256 << 10, 30.0, 20.0)]);
         let c = compare(&fit(64 << 10), &fit(128 << 10), &m, 8192, 0.025);
-        assert_eq!(c.moved, None, "{c:?}");
-        assert_eq!(c.worst.map(|w| w.1), Some(96 << 10));
+        assert!(
+            matches!(c.finding, HiddenFinding::Holds { worst_at, .. } if worst_at == 96 << 10),
+            "{c:?}"
+        );
         assert!(
             c.crossovers
                 .contains("one_shot_push → two_shot_push between 128KiB")
@@ -169,7 +287,65 @@ mod tests {
         // At 96 KiB the first's band (two_shot_push) is 20 % slower.
         let m = measured([(96 << 10, 10.0, 12.0), (256 << 10, 30.0, 20.0)]);
         let c = compare(&fit(64 << 10), &fit(128 << 10), &m, 2048, 0.025);
-        let moved = c.moved.expect("moved");
-        assert!(moved.contains("cost 20.00% at 96KiB"), "{moved}");
+        assert!(matches!(c.finding, HiddenFinding::Moves { .. }), "{c:?}");
+        let verdict = c.verdict();
+        assert!(verdict.contains("cost 20.00% at 96KiB"), "{verdict}");
+    }
+
+    #[test]
+    fn a_note_says_where_the_bands_hold_and_where_they_move() {
+        // At 96 KiB the first's band (two_shot_push) is 1 % slower at 2048,
+        // 20 % at 8192.
+        let holds = measured([(96 << 10, 10.0, 10.1), (256 << 10, 30.0, 20.0)]);
+        let moves = measured([(96 << 10, 10.0, 12.0), (256 << 10, 30.0, 20.0)]);
+        let first = fit(64 << 10);
+        let at_2048 = compare(&first, &fit(128 << 10), &holds, 2048, 0.025);
+        let at_8192 = compare(&first, &fit(128 << 10), &moves, 8192, 0.025);
+        let sizes = hidden_sizes(4096, &[2048, 8192], &[at_2048.finding, at_8192.finding]);
+        assert_eq!(
+            note(&sizes),
+            "fitted at hidden 4096 (bytes = tokens × hidden × element size); \
+             at hidden 2048 these bands cost at most 1.00% (they hold), \
+             at hidden 8192 these bands cost 20.00% at 96KiB (the crossovers move beyond the margin)"
+        );
+        // The log says the same figures.
+        assert!(at_2048.verdict().contains("cost at most 1.00% here"));
+        assert!(at_8192.verdict().contains("cost 20.00% at 96KiB"));
+    }
+
+    #[test]
+    fn a_note_says_which_hidden_sizes_could_not_be_judged() {
+        // No size at 2048 had the bands' algorithms usable; 8192 had no
+        // usable point at all, so no finding.
+        let m = measured([(96 << 10, 10.0, 10.0), (256 << 10, 30.0, 20.0)]);
+        let mut unmeasured = KeyFit {
+            bands: vec![Band {
+                max: None,
+                algo: Algo::Unfused,
+            }],
+            ..fit(64 << 10)
+        };
+        unmeasured.edges.clear();
+        let at_2048 = compare(&unmeasured, &fit(128 << 10), &m, 2048, 0.025);
+        assert!(at_2048.verdict().contains("not judged"), "{at_2048:?}");
+        let sizes = hidden_sizes(4096, &[2048, 8192], &[at_2048.finding]);
+        assert_eq!(
+            note(&sizes),
+            "fitted at hidden 4096 (bytes = tokens × hidden × element size); \
+             at hidden 2048 not judged (no size measured these bands' algorithms), \
+             at hidden 8192 not judged (no usable point)"
+        );
+    }
+
+    #[test]
+    fn a_recorded_cost_reads_back_from_json_as_itself() {
+        // serde_json (without its float_roundtrip feature) reads about one in
+        // eight of these unrounded costs back an ulp off.
+        for i in 0..100_000 {
+            let cost = recorded((f64::from(i) * 0.618_033_988_75).fract() * 0.3);
+            let text = serde_json::to_string(&cost).unwrap();
+            let back: f64 = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.to_bits(), cost.to_bits(), "{text}");
+        }
     }
 }

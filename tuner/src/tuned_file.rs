@@ -82,7 +82,7 @@ pub fn build_document(
                 // The file's `[platform]` names the measurement; a merge into a
                 // file with other sources makes it explicit (`tuned_schema::merge`).
                 source: None,
-                note: Some(table_note(key, fit, &platform.tuner_version)),
+                note: Some(table_note(evidence, key, fit)),
                 bands: key.bands.clone(),
             })
             .collect(),
@@ -102,13 +102,21 @@ pub fn source_of(evidence: &Evidence) -> Source {
 }
 
 /// How a table was measured, for the reviewer reading the TOML: with the
-/// memory budget per rank it was fitted for, if any.
-fn table_note(key: &KeyFit, fit: &FitResult, tuner_version: &str) -> String {
+/// memory budget per rank it was fitted for, if any, and, for a fused key
+/// swept at several hidden sizes, what its evidence found at the others.
+fn table_note(evidence: &Evidence, key: &KeyFit, fit: &FitResult) -> String {
     let budget = fit.memory_budget.map_or(String::new(), |b| {
         format!(", memory budget {} per rank", format_size(b))
     });
+    let hidden = evidence
+        .of_key(key.key)
+        .and_then(|k| k.hidden.as_ref())
+        .map_or(String::new(), |sizes| {
+            format!("; {}", crate::hidden::note(sizes))
+        });
     format!(
-        "measured by tuner v{tuner_version}: {} sizes, at least {} samples/point, noise margin {}%{budget}",
+        "measured by tuner v{}: {} sizes, at least {} samples/point, noise margin {}%{budget}{hidden}",
+        evidence.platform.tuner_version,
         key.sizes,
         key.min_samples,
         (fit.settings.margin * 1000.0).round() / 10.0
@@ -260,23 +268,14 @@ pub fn write_fitted(
             (merged.document.clone(), Some(merged))
         }
     };
+    let text = checked_toml(&doc, toml_path)?;
     let folder = folder_of(toml_path);
-    check_in_folder(&doc, folder, toml_path).map_err(|problems| {
-        format!(
-            "the tables would not compile into policy, so {} was not written:{problems}",
-            toml_path.display()
-        )
-    })?;
-    let text = to_toml_string(&doc);
     std::fs::create_dir_all(folder)
         .map_err(|e| format!("cannot create folder {}: {e}", folder.display()))?;
-    let write = |path: &Path, text: &str| {
-        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
-    };
     if write_evidence {
-        write(&evidence_path, &evidence.to_json())?;
+        write_text(&evidence_path, &evidence.to_json())?;
     }
-    write(toml_path, &text).map_err(|error| WriteFailure {
+    write_text(toml_path, &text).map_err(|error| WriteFailure {
         error,
         evidence_written: write_evidence.then(|| evidence_path.clone()),
     })?;
@@ -284,6 +283,23 @@ pub fn write_fitted(
         evidence_path,
         merged,
     })
+}
+
+/// `doc` in canonical form, once it passed every check the proc-macro runs
+/// on it as the file at `toml_path` beside the others of its folder: a
+/// document the macro would refuse is never written.
+fn checked_toml(doc: &Document, toml_path: &Path) -> Result<String, String> {
+    check_in_folder(doc, folder_of(toml_path), toml_path).map_err(|problems| {
+        format!(
+            "the tables would not compile into policy, so {} was not written:{problems}",
+            toml_path.display()
+        )
+    })?;
+    Ok(to_toml_string(doc))
+}
+
+fn write_text(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// The evidence file for a sweep whose tables go into `toml_path`: `preferred`

@@ -355,6 +355,156 @@ fn a_fused_sweep_compares_its_crossovers_across_hidden_sizes() {
     );
 }
 
+/// A synthetic sweep of `collectives` at world size 2 in bf16 (`--hidden
+/// 4096,2048`) into `dir`; its standard output.
+fn small_sweep(dir: &std::path::Path, collectives: &str, modes: &str) -> String {
+    let out = tuner(&[
+        "sweep",
+        "--synthetic",
+        "--collectives",
+        collectives,
+        "--hidden",
+        "4096,2048",
+        "--world-sizes",
+        "2",
+        "--dtypes",
+        "bf16",
+        "--modes",
+        modes,
+        "--max-bytes",
+        "8MiB",
+        "--no-progress",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// The files in `dir` whose names end in `suffix`, sorted.
+fn files_ending(dir: &std::path::Path, suffix: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(suffix))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The fused keys of the evidence at `path` hold what was found at hidden
+/// 2048 for bands fitted at 4096: that they hold (the synthetic model is by
+/// bytes); no other key has hidden sizes.
+fn assert_fused_keys_hold_at_2048(path: &std::path::Path) {
+    use tuner::evidence::{Evidence, HiddenFinding};
+    let evidence = Evidence::load(path).unwrap();
+    for key in &evidence.keys {
+        let Some(hidden) = &key.hidden else {
+            assert_ne!(key.collective, policy::Collective::AllReduceAddRmsNorm);
+            continue;
+        };
+        assert_eq!(key.collective, policy::Collective::AllReduceAddRmsNorm);
+        assert_eq!(hidden.fitted_at, 4096, "{hidden:?}");
+        assert!(
+            matches!(
+                hidden.others[..],
+                [HiddenFinding::Holds { hidden: 2048, worst_cost, .. }] if worst_cost <= 0.025
+            ),
+            "{hidden:?}"
+        );
+    }
+    let noted = evidence.keys.iter().filter(|k| k.hidden.is_some()).count();
+    assert!(noted > 0, "no fused key has hidden sizes");
+}
+
+/// What the comparison across hidden sizes found is in the fused keys'
+/// evidence, and from it in the fused tables' notes, and only in theirs; the
+/// file stays canonical and loads, and a re-fit of the evidence reproduces it
+/// byte for byte (as scripts/gpu-run.sh requires).
+#[test]
+fn a_fused_sweep_notes_its_hidden_sizes_in_the_fused_tables() {
+    let dir = common::scratch("synthetic-fused-notes");
+    let stdout = small_sweep(&dir, "all_reduce,all_reduce_add_rmsnorm", "graph,eager");
+    assert!(
+        stdout.contains("rewrote ") && stdout.contains("with the other hidden sizes"),
+        "{stdout}"
+    );
+    let path = dir.join("sm90-nvlink.toml");
+    let toml = std::fs::read_to_string(&path).unwrap();
+    let doc = tuned_schema::validate::parse_document(&path.display().to_string(), &toml)
+        .unwrap_or_else(|d| panic!("{d:?}"));
+    assert_eq!(
+        tuned_schema::write::to_toml_string(&doc),
+        toml,
+        "written canonically"
+    );
+    tuned_schema::folder::load_folder(&dir, "tuned").unwrap_or_else(|d| panic!("{d:?}"));
+    assert_eq!(doc.tables.len(), 4, "{toml}");
+    for table in &doc.tables {
+        let note = table.note.as_deref().expect("every table has a note");
+        assert!(note.starts_with("measured by tuner v"), "{note}");
+        let noted = note.contains("; fitted at hidden 4096 (bytes = tokens × hidden × element size); at hidden 2048 these bands cost at most ");
+        let fused = table.key.collective == policy::Collective::AllReduceAddRmsNorm;
+        assert_eq!(noted, fused, "{}: {note}", table.key);
+        // The synthetic model is by bytes: the bands hold at any hidden size.
+        assert_eq!(note.ends_with("(they hold)"), fused, "{note}");
+    }
+    let evidence = dir.join("sm90-nvlink.evidence.json");
+    assert_fused_keys_hold_at_2048(&evidence);
+    assert_eq!(
+        files_ending(&dir, ".evidence.json"),
+        ["sm90-nvlink.evidence.json"],
+        "the second write overwrites the first's evidence"
+    );
+    let refit = tuner(&["fit", evidence.to_str().unwrap(), "-o", "-"]);
+    assert!(refit.status.success(), "{}", text(&refit.stderr));
+    assert!(
+        text(&refit.stdout) == toml,
+        "re-fit of the evidence differs from the sweep's TOML:\n{}\nvs\n{toml}",
+        text(&refit.stdout)
+    );
+}
+
+/// Where the file's other tables cite `<stem>.evidence.json`, the sweep's
+/// evidence takes a dated name; the second write (with the other hidden
+/// sizes) goes into that same file, which its tables cite, and a re-fit of
+/// it into the file changes no byte.
+#[test]
+fn a_fused_sweep_beside_kept_tables_rewrites_the_evidence_it_named() {
+    let dir = common::scratch("synthetic-fused-kept");
+    small_sweep(&dir, "all_reduce", "graph");
+    small_sweep(&dir, "all_reduce_add_rmsnorm", "graph");
+    let evidence = files_ending(&dir, ".evidence.json");
+    let [dated, undated] = &evidence[..] else {
+        panic!("two evidence files: {evidence:?}");
+    };
+    assert_eq!(undated, "sm90-nvlink.evidence.json");
+    assert!(!dated.contains("-2."), "{evidence:?}");
+    assert_fused_keys_hold_at_2048(&dir.join(dated));
+    let path = dir.join("sm90-nvlink.toml");
+    let toml = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        toml.contains(&format!("evidence = \"{dated}\"")),
+        "the fused tables cite {dated}: {toml}"
+    );
+    assert!(
+        toml.contains("at hidden 2048 these bands cost at most "),
+        "{toml}"
+    );
+    let refit = tuner(&[
+        "fit",
+        dir.join(dated).to_str().unwrap(),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(refit.status.success(), "{}", text(&refit.stderr));
+    assert!(
+        std::fs::read_to_string(&path).unwrap() == toml,
+        "a re-fit of {dated} changed {}",
+        path.display()
+    );
+}
+
 #[test]
 fn synthetic_sweep_verify_and_plot() {
     let dir = common::scratch("synthetic-cli");

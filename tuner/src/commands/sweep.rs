@@ -1,13 +1,14 @@
 //! `tuner sweep`: measure, fit, write the TOML and its evidence.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::args::{BackendArgs, FitArgs, KeyArgs};
 use super::{Error, Exit, write_file};
 use crate::backend::Repetitions;
-use crate::evidence::Evidence;
-use crate::fit::fit;
+use crate::evidence::{Evidence, HiddenFinding};
+use crate::fit::{FitResult, KeyFit, fit};
 use crate::format;
 use crate::observe::RunStatus;
 use crate::progress::{Progress, install_ctrl_c};
@@ -16,7 +17,7 @@ use crate::tuned_file::{
     FitReport, WriteFailure, evidence_file_name, file_stem, test_kind, toml_file_name, write_fitted,
 };
 use crate::tuned_folder::{check_folder, check_test_destination};
-use policy::Collective;
+use policy::{Collective, TableKey};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct SweepArgs {
@@ -34,8 +35,9 @@ pub struct SweepArgs {
     pub keys: KeyArgs,
     /// all_reduce_add_rmsnorm's rows: hidden sizes, comma-separated (each a
     /// multiple of 8 in 64..=16384). The tables are fitted at the first; the
-    /// fused keys are swept again at each other one and the log says whether
-    /// their crossovers move (the tables are keyed by bytes)
+    /// fused keys are swept again at each other one, and the log and the
+    /// fused tables' notes say whether their crossovers move (the tables are
+    /// keyed by bytes)
     #[arg(long, value_delimiter = ',', default_value = "4096,2048,8192")]
     pub hidden: Vec<usize>,
     /// Timed samples per point in the first round (at least 5)
@@ -224,7 +226,22 @@ pub fn sweep(args: &SweepArgs, out: &mut dyn Write) -> Result<Exit, Error> {
         .contains(&Collective::AllReduceAddRmsNorm)
         && args.hidden.len() > 1
     {
-        return other_hidden_sizes(&mut *backend, args, &result.keys, out);
+        // The tables are written already, so that a second phase that does
+        // not finish leaves them (and their evidence) as a sweep at one
+        // hidden size would.
+        let Some(found) = other_hidden_sizes(&mut *backend, args, &result.keys, out)? else {
+            return Ok(Exit::Interrupted);
+        };
+        record_hidden_sizes(&mut evidence, &args.hidden, &result.keys, &found);
+        let (evidence_path, first_hidden) = (&written.evidence_path, args.hidden[0]);
+        rewrite_with_hidden_sizes(
+            &evidence,
+            &result,
+            evidence_path,
+            &toml_path,
+            first_hidden,
+            out,
+        )?;
     }
     Ok(Exit::Ok)
 }
@@ -243,15 +260,20 @@ fn check_hidden(hidden: &[usize]) -> Result<(), Error> {
     Ok(())
 }
 
+/// What the fused keys' bands cost at the other hidden sizes, per key, in
+/// the order swept.
+type Found = BTreeMap<TableKey, Vec<HiddenFinding>>;
+
 /// The fused keys swept again at each other `--hidden` size, fitted, and
 /// compared with `first` (the tables, fitted at the first size): whether
-/// the crossovers move ([`crate::hidden`]). Nothing is written.
+/// the crossovers move ([`crate::hidden`]), in the log and returned once
+/// every size is compared; `None` when interrupted (the log says so).
 fn other_hidden_sizes(
     backend: &mut dyn crate::backend::Backend,
     args: &SweepArgs,
-    first: &[crate::fit::KeyFit],
+    first: &[KeyFit],
     out: &mut dyn Write,
-) -> Result<Exit, Error> {
+) -> Result<Option<Found>, Error> {
     let fit_settings = args.fit.settings()?;
     let fused = SweepSettings {
         collectives: vec![Collective::AllReduceAddRmsNorm],
@@ -263,7 +285,8 @@ fn other_hidden_sizes(
         "all_reduce_add_rmsnorm at other hidden sizes (the tables above: hidden {}):",
         args.hidden[0]
     )?;
-    let mut moved = 0;
+    let unnoted = unnoted(args.hidden[0]);
+    let mut found = Found::new();
     for &hidden in &args.hidden[1..] {
         backend.use_hidden(hidden);
         let outcome =
@@ -271,17 +294,11 @@ fn other_hidden_sizes(
         match outcome.status {
             RunStatus::Complete => {}
             RunStatus::Interrupted => {
-                writeln!(
-                    out,
-                    "interrupted at hidden {hidden}; the tables are written"
-                )?;
-                return Ok(Exit::Interrupted);
+                writeln!(out, "interrupted at hidden {hidden}; {unnoted}")?;
+                return Ok(None);
             }
             RunStatus::Failed(e) => {
-                return Err(Error::Failed(format!(
-                    "at hidden {hidden}: {e}; the tables (hidden {}) are written",
-                    args.hidden[0]
-                )));
+                return Err(Error::Failed(format!("at hidden {hidden}: {e}; {unnoted}")));
             }
         }
         let other = fit(&outcome.evidence, &fit_settings);
@@ -289,31 +306,26 @@ fn other_hidden_sizes(
             let Some(base) = first.iter().find(|k| k.key == key.key) else {
                 continue;
             };
-            let Some(measured) = outcome.evidence.keys.iter().find(|k| k.key() == key.key) else {
+            let Some(measured) = outcome.evidence.of_key(key.key) else {
                 continue;
             };
             let c = crate::hidden::compare(base, key, measured, hidden, fit_settings.margin);
-            let verdict = match (&c.moved, c.worst) {
-                (Some(why), _) => {
-                    moved += 1;
-                    format!("crossovers MOVE: {why}")
-                }
-                (None, Some((cost, _))) => format!(
-                    "crossovers do not move beyond the margin (the first hidden size's bands cost at most {} here)",
-                    crate::format::percent(cost)
-                ),
-                (None, None) => {
-                    "crossovers not judged (no size measured the first's algorithms)".to_string()
-                }
-            };
             writeln!(
                 out,
-                "  {} hidden {hidden}: {verdict}; {}",
-                key.key, c.crossovers
+                "  {} hidden {hidden}: {}; {}",
+                key.key,
+                c.verdict(),
+                c.crossovers
             )?;
+            found.entry(key.key).or_default().push(c.finding);
         }
     }
     progress.finish();
+    let moved = found
+        .values()
+        .flatten()
+        .filter(|f| matches!(f, HiddenFinding::Moves { .. }))
+        .count();
     writeln!(
         out,
         "{}",
@@ -326,7 +338,71 @@ fn other_hidden_sizes(
             )
         }
     )?;
-    Ok(Exit::Ok)
+    Ok(Some(found))
+}
+
+/// Records in the evidence of each fused key of `first` (the tables, fitted
+/// at `hidden[0]`) what `found` has for it at the other `hidden` sizes, or
+/// that it had no usable point there ([`crate::hidden::hidden_sizes`]).
+fn record_hidden_sizes(evidence: &mut Evidence, hidden: &[usize], first: &[KeyFit], found: &Found) {
+    let fused_tables = evidence.keys.iter_mut().filter(|k| {
+        k.collective == Collective::AllReduceAddRmsNorm && first.iter().any(|f| f.key == k.key())
+    });
+    for key in fused_tables {
+        let found = found.get(&key.key()).map_or(&[][..], Vec::as_slice);
+        key.hidden = Some(crate::hidden::hidden_sizes(hidden[0], &hidden[1..], found));
+    }
+}
+
+/// Writes `evidence`, now with what the other hidden sizes found, and the
+/// tables fitted from it (`result`: the fit is deterministic, and only the
+/// fused tables' notes change) over the files the first write wrote
+/// (`evidence_path`, `toml_path`), as it wrote them.
+fn rewrite_with_hidden_sizes(
+    evidence: &Evidence,
+    result: &FitResult,
+    evidence_path: &Path,
+    toml_path: &Path,
+    first_hidden: usize,
+    out: &mut dyn Write,
+) -> Result<(), Error> {
+    // The first write chose an evidence name no table it kept cites; those
+    // tables are kept again, citing what they cited, so the name is the same
+    // and the tables' citation of their evidence still holds.
+    let written = write_fitted(evidence, result, evidence_path, toml_path, true)
+        .map_err(|failure| Error::Failed(unrewritten(failure, toml_path, first_hidden)))?;
+    debug_assert_eq!(written.evidence_path, evidence_path);
+    writeln!(
+        out,
+        "rewrote {} and {} with the other hidden sizes (the fused tables' notes, their keys' evidence)",
+        toml_path.display(),
+        evidence_path.display()
+    )?;
+    Ok(())
+}
+
+/// Why the second write failed and where that leaves the files: the TOML of
+/// the first write, its evidence either so too or with the other hidden sizes
+/// already (`tuner fit` of it then writes the notes).
+fn unrewritten(failure: WriteFailure, toml_path: &Path, first_hidden: usize) -> String {
+    let unnoted = unnoted(first_hidden);
+    match failure.evidence_written {
+        None => format!("{}; {unnoted}", failure.error),
+        Some(evidence) => format!(
+            "{}; {unnoted}, though {} has them: `tuner fit {} -o {}` writes them",
+            failure.error,
+            evidence.display(),
+            evidence.display(),
+            toml_path.display()
+        ),
+    }
+}
+
+/// Where a sweep stands when its other hidden sizes are not in the notes.
+fn unnoted(first_hidden: usize) -> String {
+    format!(
+        "the tables (hidden {first_hidden}) are written without the other hidden sizes in their notes"
+    )
 }
 
 /// Checks, before anything is measured, that the tables of `platform` can
