@@ -716,7 +716,9 @@ __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 
 // of the residual is written by the thread that read it (an in-place call is
 // safe) and once.
 __device__ __forceinline__ u64 first_row_of_block() { return (u64)blockIdx.x; }
-__device__ __forceinline__ u64 row_of_group(u64 first, u32 g) { return first + (u64)g * gridDim.x; }
+// g * gridDim in 32 bits (g < blockDim, so it fits): in 64 bits the
+// world-size-2 build's fused one-shot spilled on sm_100.
+__device__ __forceinline__ u64 row_of_group(u64 first, u32 g) { return first + (u64)(g * gridDim.x); }
 
 struct Rows {
     u64 rows;       // rows of the call
