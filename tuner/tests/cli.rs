@@ -347,6 +347,10 @@ fn a_fused_sweep_compares_its_crossovers_across_hidden_sizes() {
         stdout.contains("all_reduce_add_rmsnorm ws2 bf16 graph hidden 8192: crossovers do not move beyond the margin (the first hidden size's bands cost at most"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("the other hidden sizes measured in "),
+        "{stdout}"
+    );
     let toml = std::fs::read_to_string(dir.join("sm90-nvlink.toml")).unwrap();
     assert!(toml.contains("algo = \"unfused\""), "{toml}");
     assert!(

@@ -287,6 +287,7 @@ fn other_hidden_sizes(
     )?;
     let unnoted = unnoted(args.hidden[0]);
     let mut found = Found::new();
+    let started = std::time::Instant::now();
     for &hidden in &args.hidden[1..] {
         backend.use_hidden(hidden);
         let outcome =
@@ -321,6 +322,9 @@ fn other_hidden_sizes(
         }
     }
     progress.finish();
+    // Measured apart from the tables' sweep, so that a run's log says what
+    // each phase took.
+    let took = crate::format::duration(started.elapsed().as_secs_f64());
     let moved = found
         .values()
         .flatten()
@@ -338,6 +342,7 @@ fn other_hidden_sizes(
             )
         }
     )?;
+    writeln!(out, "the other hidden sizes measured in {took}")?;
     Ok(Some(found))
 }
 
