@@ -270,6 +270,21 @@ def tpot_table(path, link):
 
 
 DAY3 = RUNS + "2026-12-03-h200-1gpu/"
+DAY4 = RUNS + "2026-12-04-h200-1gpu/"
+SWEEP4 = "tuner/runs/2026-12-04-loopback-sweep/"
+FUSED_SERIES = [("all_reduce_add_rmsnorm", "graph", a) for a in ("one_shot_push", "two_shot_push")]
+FUSED_SIZES = [8 * KIB * 2**k for k in range(7)]
+
+def fused_day(day, fused_csv, candle):
+    """A day's four blocks of the fused collective: its bench in both modes
+    (`fused_csv`), and candle-tp's norm-bench and TPOT (folder `candle`)."""
+    return {
+        f"{day}-fused-graph": lambda link: fused_table(fused_csv, "graph", link),
+        f"{day}-fused-eager": lambda link: fused_table(fused_csv, "eager", link),
+        f"{day}-norm": lambda link: norm_table(candle + "norm-bench-w1.csv", link),
+        f"{day}-tpot": lambda link: tpot_table(candle + "candle-tp.csv", link),
+    }
+
 
 BLOCKS = {
     "headline": headline,
@@ -366,10 +381,7 @@ BLOCKS = {
         [4 * KIB],
         link,
     ),
-    "day3-fused-graph": lambda link: fused_table(DAY3 + "fused-final/bench-fused.csv", "graph", link),
-    "day3-fused-eager": lambda link: fused_table(DAY3 + "fused-final/bench-fused.csv", "eager", link),
-    "day3-norm": lambda link: norm_table(DAY3 + "candle-final/norm-bench-w1.csv", link),
-    "day3-tpot": lambda link: tpot_table(DAY3 + "candle-final/candle-tp.csv", link),
+    **fused_day("day3", DAY3 + "fused-final/bench-fused.csv", DAY3 + "candle-final/"),
     "day3-sweep-time": lambda link: excerpt(
         ["tuner/runs/2026-12-03-loopback-sweep/a84ce51-sweep.log", "tuner/runs/2026-12-03-loopback-sweep/main-sweep.log"],
         [r"^wrote "],
@@ -378,6 +390,32 @@ BLOCKS = {
     "day3-sweep-fused": lambda link: excerpt(DAY3 + "tuner/tuner-sweep.log", [r"^wrote ", r"hidden \d+: crossovers", r"key\(s\) cross"], link),
     "day3-suites": lambda link: excerpt(DAY3 + "suites/gpu-run.log", [r"^\w+: exit \d+ in "], link),
     "budget-regret": lambda link: budget_regret("tuner/runs/2026-12-02-memory-budget/", link),
+    "day4-rows": lambda link: ab(
+        [(label, paths) for label, paths in ab_runs(
+            DAY4 + "call1-rows/",
+            ["rows blocked", "rows dealt", "smem weight", "early input", "all three", "rows blocked", "all three", "dealt, smem"],
+        ) if label in ("rows blocked", "rows dealt")],
+        FUSED_SERIES,
+        FUSED_SIZES,
+        link,
+    ),
+    "day4-threads": lambda link: ab(
+        ab_runs(DAY4 + "call3-threads/ab/", ["blocks of the rank's size", "blocks of a pass's rows"] * 2),
+        FUSED_SERIES + [("all_reduce_add_rmsnorm", "graph", "unfused+one_shot_push")],
+        FUSED_SIZES,
+        link,
+    ),
+    **fused_day("day4", DAY4 + "call4-final/bench-fused.csv", DAY4 + "call5-candle/"),
+    "day4-sweep-time": lambda link: excerpt(
+        [SWEEP4 + f"call{c}/{t}-sweep.log" for c in (2, 4) for t in ("a84ce51", "main")],
+        [r"^wrote "],
+        link,
+    ),
+    "day4-sweep-fused": lambda link: excerpt(
+        DAY4 + "call4-final/gpu-run.log",
+        [r"^wrote ", r"^rewrote ", r"key\(s\) cross", r"^re-fit", r"^verify verdict", r"^tuner( bench.*)?: exit"],
+        link,
+    ),
 }
 
 
