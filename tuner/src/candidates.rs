@@ -1,12 +1,11 @@
 //! Measuring one size: verify each candidate and time it once, then spend
 //! more rounds where the choice at that size is open: on the fastest
-//! candidate and every other whose ratio of medians to it has an interval
-//! that straddles the margin (more samples could still say whether the
-//! fastest wins by more than the margin, or the two tie) and is not yet
-//! known to within the resolution either way. Every such candidate, not
-//! only the runner-up: `fit` compares the fastest with the band below, which
-//! may be any of them. Shared by `sweep` (grid points and bisection probes)
-//! and `verify` (held-out sizes).
+//! candidate and the runner-up, when the interval of their ratio of medians
+//! straddles the margin (more samples could still say whether the fastest
+//! wins by more than the margin, or the two tie) and is not yet known to
+//! within the resolution either way ([`open_contest`] says why the runner-up
+//! alone). Shared by `sweep` (grid points and bisection probes) and `verify`
+//! (held-out sizes).
 //!
 //! Rounds of several candidates are interleaved (one round each in turn, the
 //! order reversed every round), so a machine whose speed drifts during the

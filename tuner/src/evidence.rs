@@ -65,8 +65,8 @@ pub struct SettingsRecord {
     pub samples: u32,
     /// Untimed calls before the first sample of every point.
     pub warmup: u32,
-    /// The margin: the fastest candidate at a size and every other get more
-    /// rounds while the interval of their ratio holds one minus this…
+    /// The margin: the fastest candidate at a size and the runner-up get
+    /// more rounds while the interval of their ratio holds one minus this…
     pub remeasure_threshold: f64,
     /// …at most this many at a grid point.
     pub max_remeasure_rounds: u32,

@@ -4,9 +4,9 @@
 //! as evidence.
 //!
 //! Extra rounds at a size (`candidates::settle`) go to the fastest candidate
-//! and every other whose choice against it is open: the interval of their
-//! ratio straddles `1 − margin` and one of its ends lies farther than the
-//! margin from the estimate. Once both ends are within the margin, a call
+//! and the runner-up while the choice between them is open: the interval of
+//! their ratio straddles `1 − margin` and one of its ends lies farther than
+//! the margin from the estimate. Once both ends are within the margin, a call
 //! the fit makes on the estimate costs at most about twice the margin
 //! wherever in the interval the truth lies (a tie called at the margin, the
 //! truth at the interval's end): the bound an interval no wider than the
@@ -64,9 +64,9 @@ pub struct SweepSettings {
     pub min_bytes: u64,
     pub max_bytes: u64,
     pub reps: Repetitions,
-    /// The fit's margin: at a size, the fastest candidate and every other get
-    /// more rounds while the interval of their ratio holds `1 − margin` and
-    /// is not known to within the margin either way…
+    /// The fit's margin: at a size, the fastest candidate and the runner-up
+    /// get more rounds while the interval of their ratio holds `1 − margin`
+    /// and is not known to within the margin either way…
     pub margin: f64,
     /// …at this coverage…
     pub confidence: f64,

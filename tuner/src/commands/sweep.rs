@@ -46,7 +46,7 @@ pub struct SweepArgs {
     /// Untimed calls before the samples of each point
     #[arg(long, default_value_t = 5)]
     pub warmup: u32,
-    /// At each size, the fastest candidate and every other get more rounds,
+    /// At each size, the fastest candidate and the runner-up get more rounds,
     /// interleaved, while the interval of their ratio holds the margin
     /// (--margin-pct) and is not known to within it either way…
     /// at most this many at a grid point…
