@@ -39,7 +39,9 @@ struct CollArgs {
     u32 io_aligned;               // every tensor of the call is 16-byte aligned
     u32 hidden;                   // elements of a row of the fused call (0 otherwise)
     u32 eps_bits;                 // the fused call's epsilon (an f32's bits)
-    u32 reserved;
+    u32 rows;                     // rows of the fused call, and their layout (protocol::rows::row_launch):
+    u32 row_group;                //   threads per row,
+    u32 row_groups;               //   rows a block takes per pass
 };
 
 struct __align__(16) Pack {

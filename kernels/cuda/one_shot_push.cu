@@ -128,13 +128,14 @@ __device__ __forceinline__ void one_shot_push_add_rmsnorm(const CollArgs& a) {
     const char* in = (const char*)a.input;
     const char* res = (const char*)a.residual;
     auto input = [&](u64 i) { return without_sentinel(ld_io(in + i * 16u, aligned)); };
+    const Rows r = rows_of<E>(a);
     CallState& state = begin_call(ctrl);
     if (state.poisoned) {
         mark_failed_rows<E>(a);
         return;
     }
     save_push_state(ctrl, state, a.bytes);
-    const u32 shake = lamport_handshake_peer<W>(a, rows_of<E>(a).block_has_work());
+    const u32 shake = lamport_handshake_peer<W>(a, r.block_has_work());
     if (shake != CT_NO_PEER && blockIdx.x == 0u) handshake_send(a, shake, state.calls);
     const u32 phase = state.push_phase;
     const u32 rearm = previous_buffer(phase);
@@ -143,7 +144,6 @@ __device__ __forceinline__ void one_shot_push_add_rmsnorm(const CollArgs& a) {
 
     // 1. Push this rank's packs of the thread's rows into every peer.
     {
-        const Rows r = rows_of<E>(a);
         for (u64 first = r.first(); first < r.rows; first += r.step()) {
             if (!r.has(first)) break;
             const u64 base = r.row(first) * r.row_packs;
@@ -167,7 +167,7 @@ __device__ __forceinline__ void one_shot_push_add_rmsnorm(const CollArgs& a) {
     // A lane's verdict enters norm_rows' first barrier (__syncthreads_and),
     // before any output of the block's rows is stored: that barrier is the
     // block's verdict, so the block's end needs no barrier of its own.
-    ok = norm_rows<E>(a, ok, [&](u64 i, Pack& x) {
+    ok = norm_rows<E, 1>(a, ok, true, [&](u64 i, Pack& x) {
         const Pack residual = ld_io(res + i * 16u, aligned);
         return receive_step<W, 1, true>(a, Step{i, 1u, i + 1u}, CT_KERNEL_ONE_SHOT_PUSH, input, slot,
                                         [&](u64, const Pack (&v)[World<W>::SLOTS]) {

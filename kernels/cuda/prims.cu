@@ -704,17 +704,19 @@ __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 
 // pack, is the unit of work: a group of `group` threads (whole warps: enough
 // for one pack each, at most the block) takes a row, pack p of it by thread
 // p mod group of the group; a block holds `groups` groups and takes rows in
-// passes. Rows are dealt to the blocks first: in pass k, group g of block b
+// passes. The host lays this out (protocol::rows::row_launch: the block's
+// threads, `group` and `groups`) and passes it in the arguments, with the
+// rows: one rule, and no division on the kernels' way to their first
+// store. Rows are dealt to the blocks first: in pass k, group g of block b
 // takes row k * gridDim * groups + g * gridDim + b, so a call of a few rows
 // (decode) has one row per block, each on an SM of its own, instead of
-// filling the groups of the first blocks; and the host launches as many
-// threads per block as a pass needs groups (protocol::rows::row_threads),
-// so such a block has no idle warps (kernels/GPU.md, "Rows", has the A/B
-// of both). Every thread of a block runs every pass of its block (the block's
-// barriers need them all), with a row or not. Every phase of a fused kernel
-// that touches the user's tensors keeps to this, so a pack of the output and
-// of the residual is written by the thread that read it (an in-place call is
-// safe) and once.
+// filling the groups of the first blocks; and a block has as many threads as
+// a pass needs groups, so such a block has no idle warps (kernels/GPU.md,
+// "Rows", has the A/B of both). Every thread of a block runs every pass of
+// its block (the block's barriers need them all), with a row or not. Every
+// phase of a fused kernel that touches the user's tensors keeps to this, so
+// a pack of the output and of the residual is written by the thread that
+// read it (an in-place call is safe) and once.
 __device__ __forceinline__ u64 first_row_of_block() { return (u64)blockIdx.x; }
 // g * gridDim in 32 bits (g < blockDim, so it fits): in 64 bits the
 // world-size-2 build's fused one-shot spilled on sm_100.
@@ -745,11 +747,10 @@ template <typename E>
 __device__ __forceinline__ Rows rows_of(const CollArgs& a) {
     Rows r;
     r.row_packs = a.hidden * (u32)sizeof(typename E::Bits) / 16u;
-    const u32 warps_group = ((r.row_packs + 31u) / 32u) * 32u;
-    r.group = warps_group < blockDim.x ? warps_group : blockDim.x;
-    r.groups = blockDim.x / r.group;
+    r.group = a.row_group;
+    r.groups = a.row_groups;
     r.g = threadIdx.x / r.group;
-    r.rows = a.bytes / ((u64)r.row_packs * 16u);
+    r.rows = a.rows;
     return r;
 }
 
@@ -796,8 +797,13 @@ __device__ __forceinline__ Pack scaled(const Pack& x, const Pack& weight, float 
 // the block's agreement that every thread is `ok`: false in every thread when
 // one is not (the sum is then not taken). Every thread of the block calls it,
 // idle ones with 0.
-__device__ __forceinline__ bool group_sum_if_all(float& v, bool ok, const Rows& r) {
-    __shared__ float warp_sums[CT_MAX_THREADS / 32];
+__device__ __forceinline__ bool group_sum_if_all(float& v, bool ok, const Rows& r, u32 pass) {
+    // Two sets of sums, one per pass parity, so that no second barrier is
+    // needed before the next pass writes its own: pass k + 2 writes pass k's
+    // set only after every thread of the block has passed pass k + 1's
+    // barrier, so after every thread read pass k's sums.
+    __shared__ float warp_sums_of[2][CT_MAX_THREADS / 32];
+    float* const warp_sums = warp_sums_of[pass & 1u];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if ((threadIdx.x & 31u) == 0u) warp_sums[threadIdx.x >> 5] = v;
@@ -808,8 +814,6 @@ __device__ __forceinline__ bool group_sum_if_all(float& v, bool ok, const Rows& 
         sum = warp_sums[first];
         for (u32 w = 1; w < r.group / 32u; ++w) sum += warp_sums[first + w];
     }
-    // The next pass writes the sums again.
-    __syncthreads();
     v = sum;
     return true;
 }
@@ -824,60 +828,82 @@ __device__ __forceinline__ float rms_scale(float sum_of_squares, u32 hidden, flo
 // every pass, each thread gets x (the new residual) of its packs of its row
 // from x_of(i, x), which returns false once a wait must stop; stores it into
 // the residual and sums its squares. The block then agrees that every pack of
-// its rows arrived (one barrier every thread takes, which also sums each
-// row's squares: group_sum_if_all), and each thread stores its packs of the
-// output. A thread with one pack of its row (a row of at most `group` packs:
-// the hidden sizes of decode, 4096 and 8192 bf16 in a world of two, 4096 in
-// larger worlds) keeps x in registers across the barrier; with several, it
-// reads x back from the residual it stored itself (its own stores, so in
-// program order), as registers for all of them would be live across its later
-// waits. The weight is loaded after the barrier: loaded before, it spills the
-// world-size-2 build's one-shot kernel. False, in every thread of the block, once a
-// pack did not arrive, or when a thread came in with `ok` false (a handshake
-// lane that found another call): the block stops, and its caller marks its
-// rows. Every thread of the block calls it.
-template <typename E, typename XOf>
-__device__ __forceinline__ bool norm_rows(const CollArgs& a, bool ok, XOf x_of) {
+// its rows arrived and that every thread's `verdict` holds (one barrier every
+// thread takes, which also sums each row's squares: group_sum_if_all), and
+// each thread stores its packs of the output.
+//
+// A thread with at most kRegPacks packs of its row keeps their x in
+// registers across the barrier; with more, it reads x back from the residual
+// it stored itself (its own stores, so in program order), as registers for
+// all of them would be live across its later waits. The fused kernels keep
+// one (a row of at most `group` packs: the hidden sizes of decode, 4096 and
+// 8192 bf16 in a world of two, 4096 in larger worlds): at a world of two's
+// 64 registers a thread, two spill. The weight of a row of one pack a
+// thread is loaded after the barrier, that of a row of several kept in
+// registers before the first wait (the weight is the same in every pass):
+// measured both ways on one H200 (kernels/GPU.md, "Rows").
+//
+// `ok` false (a handshake lane that found another call) stops the thread's
+// waits; `verdict` false (the add + RMSNorm kernel's fault word, read while
+// its rows load) only enters the barrier. False, in every thread of the
+// block, once a pack did not arrive or either is false: the block stops, and
+// its caller marks its rows. Every thread of the block calls it.
+template <typename E, u32 kRegPacks, typename XOf>
+__device__ __forceinline__ bool norm_rows(const CollArgs& a, bool ok, bool verdict, XOf x_of) {
     const Rows r = rows_of<E>(a);
     const u32 lane = r.lane();
     char* residual = (char*)a.residual;
     const char* weight = (const char*)a.weight;
     char* out = (char*)a.output;
     const bool aligned = a.io_aligned != 0u;
-    const bool one_pack = r.row_packs <= r.group;
-    for (u64 first = r.first(); first < r.rows; first += r.step()) {
+    const bool in_regs = r.row_packs <= kRegPacks * r.group;
+    Pack w[kRegPacks];
+    const bool weight_first = in_regs && r.row_packs > r.group;
+    if (weight_first) {
+#pragma unroll
+        for (u32 k = 0; k < kRegPacks; ++k)
+            if (lane + k * r.group < r.row_packs) w[k] = ld_io(weight + (u64)(lane + k * r.group) * 16u, aligned);
+    }
+    u32 pass = 0;
+    for (u64 first = r.first(); first < r.rows; first += r.step(), ++pass) {
         const bool mine = r.has(first);
         const u64 base = r.row(first) * r.row_packs;
         float squares = 0.0f;
-        Pack x, w;
-        if (mine && one_pack) {
-            if (ok && lane < r.row_packs) {
-                ok = x_of(base + lane, x);
-                if (ok) {
-                    st_io(residual + (base + lane) * 16u, x, aligned);
-                    squares = sum_squares<E>(x);
+        Pack x[kRegPacks];
+        if (mine && in_regs) {
+#pragma unroll
+            for (u32 k = 0; k < kRegPacks; ++k) {
+                const u32 p = lane + k * r.group;
+                if (ok && p < r.row_packs) {
+                    ok = x_of(base + p, x[k]);
+                    if (ok) {
+                        st_io(residual + (base + p) * 16u, x[k], aligned);
+                        squares += sum_squares<E>(x[k]);
+                    }
                 }
             }
         } else if (mine) {
             for (u32 p = lane; ok && p < r.row_packs; p += r.group) {
-                ok = x_of(base + p, x);
+                ok = x_of(base + p, x[0]);
                 if (!ok) break;
-                st_io(residual + (base + p) * 16u, x, aligned);
-                squares += sum_squares<E>(x);
+                st_io(residual + (base + p) * 16u, x[0], aligned);
+                squares += sum_squares<E>(x[0]);
             }
         }
-        if (!group_sum_if_all(squares, ok, r)) return false;
+        if (!group_sum_if_all(squares, ok && verdict, r, pass)) return false;
         const float scale = rms_scale(squares, a.hidden, __uint_as_float(a.eps_bits));
-        if (mine && one_pack) {
-            if (lane < r.row_packs) {
-                w = ld_io(weight + (u64)lane * 16u, aligned);
-                st_io(out + (base + lane) * 16u, scaled<E>(x, w, scale), aligned);
+        if (mine && in_regs) {
+#pragma unroll
+            for (u32 k = 0; k < kRegPacks; ++k) {
+                const u32 p = lane + k * r.group;
+                if (!weight_first && p < r.row_packs) w[k] = ld_io(weight + (u64)p * 16u, aligned);
+                if (p < r.row_packs) st_io(out + (base + p) * 16u, scaled<E>(x[k], w[k], scale), aligned);
             }
         } else if (mine) {
             for (u32 p = lane; p < r.row_packs; p += r.group) {
-                x = ld_io(residual + (base + p) * 16u, aligned);
-                w = ld_io(weight + (u64)p * 16u, aligned);
-                st_io(out + (base + p) * 16u, scaled<E>(x, w, scale), aligned);
+                const Pack xp = ld_io(residual + (base + p) * 16u, aligned);
+                const Pack wp = ld_io(weight + (u64)p * 16u, aligned);
+                st_io(out + (base + p) * 16u, scaled<E>(xp, wp, scale), aligned);
             }
         }
     }

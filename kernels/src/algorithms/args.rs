@@ -39,7 +39,12 @@ pub struct CollArgs {
     pub hidden: u32,
     /// The fused call's epsilon, an f32's bits.
     pub eps_bits: u32,
-    pub reserved: u32,
+    /// Rows of the fused call, and their layout on the blocks
+    /// (`protocol::rows::row_launch`): threads per row and rows per block in
+    /// one pass. 0 for the other collectives.
+    pub rows: u32,
+    pub row_group: u32,
+    pub row_groups: u32,
 }
 
 // SAFETY: plain old data with the C layout the kernels expect.
@@ -52,8 +57,8 @@ mod tests {
 
     #[test]
     fn layout_matches_the_cuda_struct() {
-        // Three pointer tables of 8, ten u64, six u32: no padding anywhere.
-        assert_eq!(size_of::<CollArgs>(), 3 * 8 * 8 + 10 * 8 + 6 * 4);
+        // Three pointer tables of 8, ten u64, eight u32: no padding anywhere.
+        assert_eq!(size_of::<CollArgs>(), 3 * 8 * 8 + 10 * 8 + 8 * 4);
         assert_eq!(align_of::<CollArgs>(), 8);
         assert_eq!(offset_of!(CollArgs, staging), 64);
         assert_eq!(offset_of!(CollArgs, ctrls), 128);
@@ -66,6 +71,8 @@ mod tests {
         assert_eq!(offset_of!(CollArgs, rank), 272);
         assert_eq!(offset_of!(CollArgs, hidden), 284);
         assert_eq!(offset_of!(CollArgs, eps_bits), 288);
-        assert_eq!(offset_of!(CollArgs, reserved), 292);
+        assert_eq!(offset_of!(CollArgs, rows), 292);
+        assert_eq!(offset_of!(CollArgs, row_group), 296);
+        assert_eq!(offset_of!(CollArgs, row_groups), 300);
     }
 }

@@ -4,8 +4,8 @@
 //! validates. Every kernel of a rank launches the same grid
 //! ([`LaunchShape::grid`]): the kernels size their own work from the message
 //! (kernels/cuda/*.cu). Blocks have the rank's size, except for a call with
-//! rows, whose blocks have as many threads as its rows need
-//! ([`row_threads`]).
+//! rows, whose blocks have as many threads as its rows need, laid out by
+//! [`row_launch`] (the kernels read that layout from their arguments).
 
 pub mod args;
 
@@ -18,7 +18,7 @@ use crate::module::KernelSet;
 use crate::protocol::PACK_BYTES;
 use crate::protocol::launch::LaunchShape;
 use crate::protocol::registry::Kernel;
-use crate::protocol::rows::row_threads;
+use crate::protocol::rows::row_launch;
 use crate::protocol::signature::{CallSignature, Placement};
 use crate::vocab::{Collective, DType};
 
@@ -148,8 +148,8 @@ pub(crate) fn launch_add_rmsnorm(
 }
 
 /// Launches `function` with `args` on the rank's grid: blocks of the rank's
-/// size, or for a call with rows as many threads as its rows need
-/// ([`row_threads`]).
+/// size, or for a call with rows as many threads as its rows need, and the
+/// rows' layout in the arguments ([`row_launch`]).
 fn launch_args(
     kernels: &KernelSet,
     function: &cudarc::driver::CudaFunction,
@@ -158,15 +158,18 @@ fn launch_args(
     call: &Call,
     args: &CollArgs,
 ) -> Result<()> {
+    let mut args = *args;
     let threads = match call.norm {
         Some(norm) => {
-            let row_bytes = u64::from(norm.hidden) * call.dtype.size_bytes();
-            row_threads(
-                row_bytes / PACK_BYTES,
-                call.bytes_per_rank / row_bytes.max(1),
-                shape.grid(),
-                shape.threads,
-            )
+            let row_bytes = (u64::from(norm.hidden) * call.dtype.size_bytes()).max(1);
+            let rows = call.bytes_per_rank / row_bytes;
+            let layout = row_launch(row_bytes / PACK_BYTES, rows, shape.grid(), shape.threads);
+            args.rows = u32::try_from(rows).map_err(|_| {
+                Error::Unsupported(format!("{rows} rows in one call: at most {} are", u32::MAX))
+            })?;
+            args.row_group = layout.group;
+            args.row_groups = layout.groups;
+            layout.threads
         }
         None => shape.threads,
     };
@@ -176,10 +179,10 @@ fn launch_args(
         shared_mem_bytes: 0,
     };
     if kernels.programmatic() {
-        return launch_programmatic(function, stream, config, args);
+        return launch_programmatic(function, stream, config, &args);
     }
     let mut builder = stream.launch_builder(function);
-    builder.arg(args);
+    builder.arg(&args);
     // SAFETY: the kernel takes exactly one CollArgs by value; every pointer in it
     // is a live registered buffer or a tensor the communicator checked, and the
     // grid respects the kernels' launch bounds.

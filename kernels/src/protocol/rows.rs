@@ -50,18 +50,34 @@ pub fn rows_of(
     })
 }
 
-/// Threads per block of a launch of the fused kernels (and of the add +
-/// RMSNorm kernel of the unfused path) for `rows` rows of `row_packs` packs
-/// each, on a grid of `blocks` blocks of at most `most` threads. The kernels
-/// give each row a group of whole warps, one thread per pack up to the block,
-/// and deal rows to the blocks first (kernels/cuda/prims.cu, "Rows"): so a
-/// block needs as many groups as the most rows a block takes in one pass,
-/// and no more. A block's idle warps are not free: in a call of a few rows
+/// How a launch of the fused kernels (and of the add + RMSNorm kernel of the
+/// unfused path) lays its rows out: each row gets a group of `group` threads
+/// (whole warps, one thread per pack, at most the block), a block holds
+/// `groups` groups and launches `threads` threads. The kernels take all three
+/// from their arguments (kernels/cuda/prims.cu, "Rows"): this is the one place
+/// the layout is decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowLaunch {
+    pub threads: u32,
+    pub group: u32,
+    pub groups: u32,
+}
+
+/// The layout of `rows` rows of `row_packs` packs each on a grid of `blocks`
+/// blocks of at most `most` threads. Rows are dealt to the blocks first, so
+/// a block needs as many groups as the most rows a block takes in one pass,
+/// and no more: a block's idle warps are not free, in a call of a few rows
 /// (decode) they cost time in every block (kernels/GPU.md, "Rows").
-pub fn row_threads(row_packs: u64, rows: u64, blocks: u32, most: u32) -> u32 {
-    let group = row_packs.div_ceil(32) * 32;
-    let groups = rows.div_ceil(u64::from(blocks.max(1))).max(1);
-    group.saturating_mul(groups).min(u64::from(most)) as u32
+pub fn row_launch(row_packs: u64, rows: u64, blocks: u32, most: u32) -> RowLaunch {
+    let most = u64::from(most.max(32));
+    let group = (row_packs.div_ceil(32) * 32).clamp(32, most);
+    let per_block = rows.div_ceil(u64::from(blocks.max(1))).max(1);
+    let groups = per_block.min(most / group);
+    RowLaunch {
+        threads: (group * groups) as u32,
+        group: group as u32,
+        groups: groups as u32,
+    }
 }
 
 #[cfg(test)]
@@ -70,21 +86,32 @@ mod tests {
 
     #[test]
     fn a_launch_has_one_group_per_row_a_block_takes() {
+        let launch = |packs, rows, blocks, most| {
+            let l = row_launch(packs, rows, blocks, most);
+            assert_eq!(l.threads, l.group * l.groups, "{l:?}");
+            assert!(
+                l.threads <= most && l.group.is_multiple_of(32) && l.groups >= 1,
+                "{l:?}"
+            );
+            (l.threads, l.group, l.groups)
+        };
         // hidden 4096 bf16: 512 packs a row. Up to one row per block: 512
         // threads; two rows per block: 1024; never more than the block.
-        assert_eq!(row_threads(512, 1, 32, 1024), 512);
-        assert_eq!(row_threads(512, 32, 32, 1024), 512);
-        assert_eq!(row_threads(512, 33, 32, 1024), 1024);
-        assert_eq!(row_threads(512, 640, 32, 1024), 1024);
+        assert_eq!(launch(512, 1, 32, 1024), (512, 512, 1));
+        assert_eq!(launch(512, 32, 32, 1024), (512, 512, 1));
+        assert_eq!(launch(512, 33, 32, 1024), (1024, 512, 2));
+        assert_eq!(launch(512, 640, 32, 1024), (1024, 512, 2));
         // A row longer than the block takes the whole block.
-        assert_eq!(row_threads(2048, 1, 132, 1024), 1024);
-        assert_eq!(row_threads(1024, 3, 1, 512), 512);
-        // Short rows: whole warps (hidden 72 bf16 is 9 packs).
-        assert_eq!(row_threads(9, 1, 32, 1024), 32);
-        assert_eq!(row_threads(9, 100, 32, 1024), 128);
-        // No rows still launches a whole warp (the kernels' blocks only
-        // update their call state).
-        assert_eq!(row_threads(512, 0, 32, 1024), 512);
+        assert_eq!(launch(2048, 1, 132, 1024), (1024, 1024, 1));
+        assert_eq!(launch(1024, 3, 1, 512), (512, 512, 1));
+        // Short rows: whole warps (hidden 72 bf16 is 9 packs); a group that
+        // does not divide the block leaves its remainder unlaunched.
+        assert_eq!(launch(9, 1, 32, 1024), (32, 32, 1));
+        assert_eq!(launch(9, 100, 32, 1024), (128, 32, 4));
+        assert_eq!(launch(320, 1000, 32, 1024), (960, 320, 3));
+        // No rows still launches a group (the kernels' blocks only update
+        // their call state).
+        assert_eq!(launch(512, 0, 32, 1024), (512, 512, 1));
     }
 
     #[test]
