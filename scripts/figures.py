@@ -286,6 +286,23 @@ def fused_day(day, fused_csv, candle):
     }
 
 
+DAY4B = RUNS + "2026-12-04b-h200-1gpu/"
+
+
+def norm_variants(folder, labels, link):
+    """candle-tp norm-bench CSVs of one folder (`w1-N.csv`, variant labels[N]):
+    per variant, the span of colltune / candle over 1 to 64 tokens (graph), per dtype."""
+    rows = []
+    for n, label in enumerate(labels):
+        ratios = {}
+        for r in csv.DictReader(read(f"{folder}w1-{n}.csv").splitlines()):
+            if r["mode"] == "graph" and r["impl"] == "colltune":
+                ratios.setdefault(r["dtype"], []).append(float(r["ratio"]))
+        rows.append([label] + [f"{min(v):.2f}–{max(v):.2f}" for v in ratios.values()])
+    header = ["add + RMSNorm kernel", *(f"{d}: colltune / candle" for d in ratios)]
+    return table(header, rows) + f"\n\nHidden 4096, 1 to 64 tokens, graph mode, medians. Data: {link(folder)}."
+
+
 BLOCKS = {
     "headline": headline,
     "x2-all-reduce": lambda link: bench_table(X2, "all_reduce", OCTAVES4, link),
@@ -414,6 +431,38 @@ BLOCKS = {
     "day4-sweep-fused": lambda link: excerpt(
         DAY4 + "call4-final/gpu-run.log",
         [r"^wrote ", r"^rewrote ", r"key\(s\) cross", r"^re-fit", r"^verify verdict", r"^tuner( bench.*)?: exit"],
+        link,
+    ),
+    "day4b-layout": lambda link: ab(
+        [(label, paths) for label, paths in ab_runs(
+            DAY4B + "call1-variants/ab/",
+            ["f633f1d", "host layout", "+ input first", "+ input and weight first", "+ input first, one barrier",
+             "+ input first, one barrier, norm kernel", "f633f1d", "+ input first, one barrier", "host layout"],
+        )],
+        [("all_reduce_add_rmsnorm", "graph", a) for a in ("one_shot_push", "unfused+one_shot_push")],
+        FUSED_SIZES,
+        link,
+    ),
+    "day4b-final": lambda link: ab(
+        ab_runs(DAY4B + "call2-final/ab/", ["f633f1d", "fd84f4a", "fd84f4a + weight first"] * 2),
+        FUSED_SERIES + [("all_reduce_add_rmsnorm", "graph", "unfused+one_shot_push")],
+        FUSED_SIZES,
+        link,
+    ),
+    "day4b-norm-variants": lambda link: norm_variants(
+        DAY4B + "call1-variants/",
+        ["fault word first, 1 pack in registers (as before)", "2 packs in registers, weight first",
+         "4 packs in registers, weight first", "4 packs, weight first, fault word at the barrier",
+         "fault word at the barrier", "fault word first, 1 pack in registers (as before)",
+         "4 packs, weight first, fault word at the barrier"],
+        link,
+    ),
+    **fused_day("day4b", DAY4B + "call3-final/run/bench-fused.csv", DAY4B + "call3-final/candle/"),
+    "day4b-suites": lambda link: excerpt(DAY4B + "call2-final/suites.txt", [r"^\w+: exit \d+ in "], link),
+    "day4b-sweep-fused": lambda link: excerpt(
+        DAY4B + "call3-final/gpu-run.log",
+        [r"^wrote ", r"^the other hidden sizes measured", r"^rewrote ", r"key\(s\) cross", r"^re-fit",
+         r"^verify verdict", r"^tuner( bench.*)?: exit"],
         link,
     ),
 }
