@@ -303,6 +303,39 @@ def norm_variants(folder, labels, link):
     return table(header, rows) + f"\n\nHidden 4096, 1 to 64 tokens, graph mode, medians. Data: {link(folder)}."
 
 
+DAY4C = RUNS + "2026-12-04c-h200-1gpu/"
+
+
+def fused_pairs(folder, labels, pairs, link, dtype="bf16", mode="graph"):
+    """A `scripts/gpu-ab.sh` folder of the fused bench (run N of variant
+    labels[N]): per size, for each (name, fused variant, unfused variant) of
+    `pairs`, the fused one-shot's median in the first variant's runs, the
+    fastest unfused path's in the second's (each the mean over that variant's
+    runs), and their ratio."""
+    runs = dict((label, [bench(p) for p in paths]) for label, paths in ab_runs(folder, labels))
+
+    def at(variant, key, pick):
+        return mean([pick(r[key]) for r in runs[variant]])
+
+    def fastest_unfused(algos):
+        return min(t for a, t in algos.items() if a.startswith("unfused") and t is not None)
+
+    sizes = sorted({k[3] for r in runs[labels[0]] for k in r if k[1] == dtype and k[2] == mode})
+    rows = []
+    for nbytes in sizes:
+        key = ("all_reduce_add_rmsnorm", dtype, mode, nbytes)
+        cells = []
+        for _, fused, unfused in pairs:
+            f = at(fused, key, lambda algos: algos["one_shot_push"])
+            u = at(unfused, key, fastest_unfused)
+            cells.append(f"{f:.2f} / {u:.2f} = {f / u:.3f}")
+        rows.append([size(nbytes), *cells])
+    header = ["per-rank input", *(f"{name}: fused / unfused" for name, _, _ in pairs)]
+    return table(header, rows) + (f"\n\n{dtype}, {mode}, hidden 4096 (8 KiB a token), median µs per call: the fused "
+                                  f"`one_shot_push`, the fastest unfused path (each all-reduce forced, then the add + "
+                                  f"RMSNorm kernel). Data: {link(folder)}.")
+
+
 BLOCKS = {
     "headline": headline,
     "x2-all-reduce": lambda link: bench_table(X2, "all_reduce", OCTAVES4, link),
@@ -465,6 +498,26 @@ BLOCKS = {
          r"^verify verdict", r"^tuner( bench.*)?: exit"],
         link,
     ),
+    "day4c-weight": lambda link: ab(
+        ab_runs(DAY4C + "call3/", ["weight after the barrier (fd84f4a)", "before", "before, rsqrtf"] * 3),
+        [("all_reduce_add_rmsnorm", "graph", a) for a in ("one_shot_push", "unfused+one_shot_push")],
+        FUSED_SIZES,
+        link,
+    ),
+    "day4c-world-of-one": lambda link: ab(
+        ab_runs(DAY4C + "call5/", ["before, rsqrtf", "after, rsqrtf"] * 2)[::-1],
+        [("all_reduce_add_rmsnorm", "graph", "unfused")],
+        FUSED_SIZES,
+        link,
+    ),
+    "day4c-final": lambda link: fused_pairs(
+        DAY4C + "call4/",
+        ["late_rsqrt", "early_rsqrt", "late"] * 2,
+        [("fd84f4a", "late", "late"), ("this change", "late_rsqrt", "early_rsqrt"),
+         ("rsqrtf, the weight after the barrier everywhere", "late_rsqrt", "late_rsqrt")],
+        link,
+    ),
+    "day4c-suites": lambda link: excerpt(DAY4C + "call1/times.txt", [r"^gpu_\w+ "], link),
 }
 
 

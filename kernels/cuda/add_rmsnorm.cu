@@ -28,7 +28,7 @@ __device__ __forceinline__ void add_rmsnorm(const CollArgs& a) {
     const bool aligned = a.io_aligned != 0u;
     const char* sum = (const char*)a.input;
     const char* res = (const char*)a.residual;
-    const bool ok = norm_rows<E, kNormRegPacks>(a, true, healthy, [&](u64 i, Pack& x) {
+    const bool ok = norm_rows<E, kNormRegPacks, true>(a, true, healthy, [&](u64 i, Pack& x) {
         PackAcc<E> acc;
         acc.first(ld_io(sum + i * 16u, aligned));
         acc.add(ld_io(res + i * 16u, aligned));

@@ -167,7 +167,7 @@ __device__ __forceinline__ void one_shot_push_add_rmsnorm(const CollArgs& a) {
     // A lane's verdict enters norm_rows' first barrier (__syncthreads_and),
     // before any output of the block's rows is stored: that barrier is the
     // block's verdict, so the block's end needs no barrier of its own.
-    ok = norm_rows<E, 1>(a, ok, true, [&](u64 i, Pack& x) {
+    ok = norm_rows<E, 1, false>(a, ok, true, [&](u64 i, Pack& x) {
         const Pack residual = ld_io(res + i * 16u, aligned);
         return receive_step<W, 1, true>(a, Step{i, 1u, i + 1u}, CT_KERNEL_ONE_SHOT_PUSH, input, slot,
                                         [&](u64, const Pack (&v)[World<W>::SLOTS]) {

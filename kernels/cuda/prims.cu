@@ -818,10 +818,16 @@ __device__ __forceinline__ bool group_sum_if_all(float& v, bool ok, const Rows& 
     return true;
 }
 
-// 1 / sqrt(mean of the squares + eps), IEEE-rounded (NVRTC compiles with
-// --prec-div and --prec-sqrt): what every element of the row is scaled by.
+// 1 / sqrt(mean of the squares + eps): what every element of the row is
+// scaled by. The mean is an IEEE division (NVRTC compiles with --prec-div);
+// the reciprocal square root is rsqrtf (at most 2 units in the last place,
+// as in vLLM's csrc/layernorm_kernels.cu and llama.cpp's ggml-cuda/norm.cu)
+// rather than an IEEE square root and an IEEE division: two dependent
+// IEEE sequences, each with its slow-path branch, on every row's way from
+// its barrier to its stores. Measured on one H200 (kernels/GPU.md, "Rows").
+// Every rank computes the same bits from the same sum.
 __device__ __forceinline__ float rms_scale(float sum_of_squares, u32 hidden, float eps) {
-    return 1.0f / sqrtf(sum_of_squares / (float)hidden + eps);
+    return rsqrtf(sum_of_squares / (float)hidden + eps);
 }
 
 // The rows of a call, each normalised once every pack of it is known. In
@@ -838,17 +844,23 @@ __device__ __forceinline__ float rms_scale(float sum_of_squares, u32 hidden, flo
 // all of them would be live across its later waits. The fused kernels keep
 // one (a row of at most `group` packs: the hidden sizes of decode, 4096 and
 // 8192 bf16 in a world of two, 4096 in larger worlds): at a world of two's
-// 64 registers a thread, two spill. The weight of a row of one pack a
-// thread is loaded after the barrier, that of a row of several kept in
-// registers before the first wait (the weight is the same in every pass):
-// measured both ways on one H200 (kernels/GPU.md, "Rows").
+// 64 registers a thread, two spill.
+//
+// The weight (the same in every pass) of a row of several packs a thread
+// kept in registers is loaded once, before the first wait. That of a row of
+// one pack a thread is loaded in every pass: before the barrier, once the
+// thread has its x, when kWeightBeforeBarrier (the add + RMSNorm kernel,
+// whose x loads do not wait: the load then overlaps the barrier and the
+// scale), else after it (the fused kernels, where loaded before the barrier
+// it cost 0.5-0.7 us a call at world size 2, for a reason not found). Each
+// choice measured both ways on one H200 (kernels/GPU.md, "Rows").
 //
 // `ok` false (a handshake lane that found another call) stops the thread's
 // waits; `verdict` false (the add + RMSNorm kernel's fault word, read while
 // its rows load) only enters the barrier. False, in every thread of the
 // block, once a pack did not arrive or either is false: the block stops, and
 // its caller marks its rows. Every thread of the block calls it.
-template <typename E, u32 kRegPacks, typename XOf>
+template <typename E, u32 kRegPacks, bool kWeightBeforeBarrier, typename XOf>
 __device__ __forceinline__ bool norm_rows(const CollArgs& a, bool ok, bool verdict, XOf x_of) {
     const Rows r = rows_of<E>(a);
     const u32 lane = r.lane();
@@ -890,13 +902,21 @@ __device__ __forceinline__ bool norm_rows(const CollArgs& a, bool ok, bool verdi
                 squares += sum_squares<E>(x[0]);
             }
         }
+        if (kWeightBeforeBarrier && mine && in_regs && !weight_first) {
+#pragma unroll
+            for (u32 k = 0; k < kRegPacks; ++k) {
+                const u32 p = lane + k * r.group;
+                if (ok && p < r.row_packs) w[k] = ld_io(weight + (u64)p * 16u, aligned);
+            }
+        }
         if (!group_sum_if_all(squares, ok && verdict, r, pass)) return false;
         const float scale = rms_scale(squares, a.hidden, __uint_as_float(a.eps_bits));
         if (mine && in_regs) {
 #pragma unroll
             for (u32 k = 0; k < kRegPacks; ++k) {
                 const u32 p = lane + k * r.group;
-                if (!weight_first && p < r.row_packs) w[k] = ld_io(weight + (u64)p * 16u, aligned);
+                if (!kWeightBeforeBarrier && !weight_first && p < r.row_packs)
+                    w[k] = ld_io(weight + (u64)p * 16u, aligned);
                 if (p < r.row_packs) st_io(out + (base + p) * 16u, scaled<E>(x[k], w[k], scale), aligned);
             }
         } else if (mine) {

@@ -242,7 +242,7 @@ __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
     if (World<W>::size(a) == 1u) {
         save_push_state(ctrl_of(a, rank), state, 0u);
         const char* sum = in;
-        const bool ok = norm_rows<E, 1>(a, true, true, [&](u64 i, Pack& x) {
+        const bool ok = norm_rows<E, 1, false>(a, true, true, [&](u64 i, Pack& x) {
             PackAcc<E> acc;
             acc.first(without_sentinel(ld_io(sum + i * 16u, aligned)));
             acc.add(ld_io(res + i * 16u, aligned));
@@ -298,7 +298,7 @@ __device__ __forceinline__ void two_shot_push_add_rmsnorm(const CollArgs& a) {
     // 4. Normalise every row as its sums land. `taken`: the packs of shard
     //    `rank` this thread took from its own slot (and re-armed).
     u32 taken = 0u;
-    ok = norm_rows<E, 1>(a, ok, true, [&](u64 i, Pack& x) {
+    ok = norm_rows<E, 1, false>(a, ok, true, [&](u64 i, Pack& x) {
         const u32 s = (u32)(i / sh.shard);
         const u64 j = i - (u64)s * sh.shard;
         const char* at = mine + (u64)s * a.slot_bytes + (s == rank ? j : sh.shard + j) * 16u;

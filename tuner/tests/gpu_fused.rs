@@ -183,7 +183,12 @@ fn judge<T: Element>(
     check_identical(&residuals).map_err(|e| format!("new residuals: {e}"))?;
     let bytes = (case.residual.len() * std::mem::size_of::<T>()) as u64;
     let inner = unfused_all_reduce(&ranks[0], T::DTYPE, mode, bytes);
-    case.check(SumPath::of(expect, inner), 0, residuals[0], rows[0])?;
+    case.check(
+        SumPath::of(expect, inner, ranks.len()),
+        0,
+        residuals[0],
+        rows[0],
+    )?;
     Ok(expect)
 }
 

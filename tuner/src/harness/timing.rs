@@ -665,7 +665,7 @@ fn validate_typed<T: Element>(ranks: &mut [RankComm], call: Call, seed: u64) -> 
             .and_then(|()| validation::check_identical(&residuals))
             .map_err(|problem| describe(0, ran, problem))?;
     }
-    let path = SumPath::of(ran, inner);
+    let path = SumPath::of(ran, inner, world);
     // NCCL's partial sums are rounded once per hop.
     let (extra, ranks_to_check) = if nccl_across_gpus {
         (world - 1, world)

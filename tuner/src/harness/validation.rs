@@ -311,13 +311,16 @@ pub enum SumPath {
 }
 
 impl SumPath {
-    /// The path of a call that `ran`, where the unfused path's all-reduce is
-    /// `inner`.
-    pub fn of(ran: Algo, inner: Algo) -> SumPath {
-        if ran == Algo::Unfused {
-            SumPath::Unfused(sentinel_rule(inner))
-        } else {
-            SumPath::Fused(sentinel_rule(ran))
+    /// The path of a call that `ran` in a world of `world` ranks, where the
+    /// unfused path's all-reduce is `inner`. A world of one runs no
+    /// all-reduce, whatever `inner` says: its unfused path adds the input
+    /// itself, rounded once and with no Lamport data, as a fused kernel with
+    /// no sentinel rule does.
+    pub fn of(ran: Algo, inner: Algo, world: usize) -> SumPath {
+        match ran {
+            Algo::Unfused if world == 1 => SumPath::Fused(SentinelRule::None),
+            Algo::Unfused => SumPath::Unfused(sentinel_rule(inner)),
+            _ => SumPath::Fused(sentinel_rule(ran)),
         }
     }
 
@@ -330,8 +333,9 @@ impl SumPath {
 
 /// The f32 arithmetic of a row's norm, relative: its squares summed in f32 by
 /// a tree no deeper than 64 additions for 16384 elements (each at most 2^-24
-/// off), then the division, square root, reciprocal and two products, each
-/// rounded; 2^-17 bounds them all with room.
+/// off), then the division (rounded), the reciprocal square root (`rsqrtf`,
+/// at most 2 units in the last place: 2^-22) and two products (rounded);
+/// 2^-17 bounds them all with room.
 const NORM_F32_SLACK: f64 = 1.0 / (1u64 << 17) as f64;
 
 /// A fused all-reduce + add + RMSNorm's data for `inputs.len()` ranks and its
@@ -724,7 +728,15 @@ mod tests {
         let mut output = Vec::with_capacity(x.len());
         for row in x.chunks_exact(case.hidden) {
             let squares: f32 = row.iter().map(|v| (v.to_f64() as f32).powi(2)).sum();
-            let scale = 1.0 / (squares / case.hidden as f32 + case.eps).sqrt();
+            // The kernels' rsqrtf is at most 2 units in the last place off
+            // the rounded 1 / sqrt: the model takes that worst case, where
+            // it is finite and not 0 (rsqrtf(+inf) is +0, of NaN NaN).
+            let exact = 1.0 / (squares / case.hidden as f32 + case.eps).sqrt();
+            let scale = if exact.is_normal() {
+                exact.next_up().next_up()
+            } else {
+                exact
+            };
             for (v, w) in row.iter().zip(&case.weight) {
                 let out = v.to_f64() as f32 * scale * w.to_f64() as f32;
                 output.push(T::from_f64(f64::from(out)));
@@ -805,6 +817,44 @@ mod tests {
         let mut nan = output.clone();
         nan[i] = bf16::from_f64(f64::NAN);
         assert!(check(&x, &nan).is_err());
+    }
+
+    #[test]
+    fn a_world_of_one_has_no_lamport_data_whatever_all_reduce_is_forced() {
+        // The bf16 pair (+0.0, -0.0) is the sentinel word. A world of one's
+        // unfused path runs no all-reduce, so nothing replaces it: with a
+        // residual of -0.0, x keeps its -0.0 (-0.0 + -0.0), which a
+        // one_shot_push all-reduce would have made +0.0 (+0.0 + -0.0).
+        let mut input = vec![bf16::from_f64(1.0); 64];
+        input[2] = bf16::from_bits(0x0000);
+        input[3] = bf16::from_bits(0x8000);
+        let mut residual = vec![bf16::from_f64(0.0); 64];
+        residual[3] = bf16::from_bits(0x8000);
+        let case = AddRmsNormCase {
+            inputs: vec![input],
+            residual,
+            weight: vec![bf16::from_f64(1.0); 64],
+            hidden: 64,
+            eps: 1e-5,
+        };
+        let (x, output) = fused_model(&case, SentinelRule::None);
+        assert_eq!(x[3].to_bits(), 0x8000, "the kernel's x keeps -0.0");
+        for forced in [Algo::OneShotPush, Algo::TwoShotPush, Algo::Nccl] {
+            let path = SumPath::of(Algo::Unfused, forced, 1);
+            assert_eq!(path, SumPath::Fused(SentinelRule::None), "{forced:?}");
+            case.check(path, 0, &x, &output)
+                .unwrap_or_else(|e| panic!("forced {forced:?}: {e}"));
+        }
+        // In a world of two the forced all-reduce's rule holds.
+        assert_eq!(
+            SumPath::of(Algo::Unfused, Algo::OneShotPush, 2),
+            SumPath::Unfused(SentinelRule::Inputs)
+        );
+        assert!(
+            case.check(SumPath::Unfused(SentinelRule::Inputs), 0, &x, &output)
+                .unwrap_err()
+                .contains("got -0e0")
+        );
     }
 
     #[test]
