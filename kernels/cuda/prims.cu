@@ -852,7 +852,7 @@ __device__ __forceinline__ float rms_scale(float sum_of_squares, u32 hidden, flo
 // thread has its x, when kWeightBeforeBarrier (the add + RMSNorm kernel,
 // whose x loads do not wait: the load then overlaps the barrier and the
 // scale), else after it (the fused kernels, where loaded before the barrier
-// it cost 0.5-0.7 us a call at world size 2, for a reason not found). Each
+// it cost 0.4-0.7 us a call at world size 2, for a reason not found). Each
 // choice measured both ways on one H200 (kernels/GPU.md, "Rows").
 //
 // `ok` false (a handshake lane that found another call) stops the thread's
