@@ -224,6 +224,12 @@ def budget_regret(folder, link):
     return table(header, rows) + f"\n\nFrom {link(folder)}."
 
 
+def fastest_unfused(algos):
+    """(algo, median) of the fastest unfused path of a fused bench's size: `unfused` as the
+    tables pick it or `unfused+<algo>` with that all-reduce forced."""
+    return min(((a, t) for a, t in algos.items() if a.startswith("unfused") and t is not None), key=lambda kv: kv[1])
+
+
 def fused_table(path, mode, link):
     """`tuner bench --collective all_reduce_add_rmsnorm`'s CSV: per size, the
     unfused path as the tables pick it and at its fastest (each all-reduce
@@ -232,8 +238,7 @@ def fused_table(path, mode, link):
     for (collective, dtype, m, nbytes), algos in sorted(bench(path).items(), key=lambda kv: kv[0][3]):
         if collective != "all_reduce_add_rmsnorm" or m != mode:
             continue
-        unfused = {a: t for a, t in algos.items() if a.startswith("unfused") and t is not None}
-        via, fastest = min(unfused.items(), key=lambda kv: kv[1])
+        via, fastest = fastest_unfused(algos)
         fused = min(algos["one_shot_push"], algos["two_shot_push"])
         rows.append([size(nbytes), f"{algos['unfused']:.2f}", f"{fastest:.2f} (`{via}`)",
                      f"{algos['one_shot_push']:.2f}", f"{algos['two_shot_push']:.2f}", f"{fused / fastest:.2f}"])
@@ -317,9 +322,6 @@ def fused_pairs(folder, labels, pairs, link, dtype="bf16", mode="graph"):
     def at(variant, key, pick):
         return mean([pick(r[key]) for r in runs[variant]])
 
-    def fastest_unfused(algos):
-        return min(t for a, t in algos.items() if a.startswith("unfused") and t is not None)
-
     sizes = sorted({k[3] for r in runs[labels[0]] for k in r if k[1] == dtype and k[2] == mode})
     rows = []
     for nbytes in sizes:
@@ -327,7 +329,7 @@ def fused_pairs(folder, labels, pairs, link, dtype="bf16", mode="graph"):
         cells = []
         for _, fused, unfused in pairs:
             f = at(fused, key, lambda algos: algos["one_shot_push"])
-            u = at(unfused, key, fastest_unfused)
+            u = at(unfused, key, lambda algos: fastest_unfused(algos)[1])
             cells.append(f"{f:.2f} / {u:.2f} = {f / u:.3f}")
         rows.append([size(nbytes), *cells])
     header = ["per-rank input", *(f"{name}: fused / unfused" for name, _, _ in pairs)]
