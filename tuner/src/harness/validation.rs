@@ -338,6 +338,25 @@ impl SumPath {
 /// 2^-17 bounds them all with room.
 const NORM_F32_SLACK: f64 = 1.0 / (1u64 << 17) as f64;
 
+/// Half the smallest f32 subnormal: how far the kernels' first product of an
+/// output element, x × scale in f32, can be off where it falls below f32's
+/// normal range (there its error is absolute, not relative), before the
+/// weight multiplies that error.
+const F32_HALF_SUBNORMAL: f64 = f32::from_bits(1) as f64 / 2.0;
+
+/// How far an output element (x × scale × weight, in f32, rounded to the
+/// dtype) may be from its f64 reference `expected`: the dtype's rounding and
+/// the norm's f32 arithmetic relative to it (`NORM_F32_SLACK`), two of the
+/// dtype's smallest subnormals, and the first product's subnormal rounding
+/// times the weight. The last one was missing, and a sweep's check of the
+/// unfused path failed on it once (x two f32 subnormal units, scale 0.253,
+/// weight 3.93: x × scale rounds from 0.51 to 1 unit, the weight makes it 4,
+/// the reference is 1.99).
+fn norm_tolerance(dtype: DType, expected: f64, weight: f64) -> f64 {
+    let (rel, abs) = output_slack(dtype);
+    (rel + NORM_F32_SLACK) * expected.abs() + 2.0 * abs + weight.abs() * F32_HALF_SUBNORMAL
+}
+
 /// A fused all-reduce + add + RMSNorm's data for `inputs.len()` ranks and its
 /// f64 reference.
 #[derive(Clone, Debug)]
@@ -476,7 +495,6 @@ impl<T: Element> AddRmsNormCase<T> {
     }
 
     fn check_norm(&self, x: &[T], output: &[T]) -> Result<(), String> {
-        let (rel, abs) = output_slack(T::DTYPE);
         let mut failures = Failures::default();
         for (row, (xs, outs)) in x
             .chunks_exact(self.hidden)
@@ -488,7 +506,7 @@ impl<T: Element> AddRmsNormCase<T> {
             for (k, ((xv, w), got)) in xs.iter().zip(&self.weight).zip(outs).enumerate() {
                 let expected = xv.to_f64() * scale * w.to_f64();
                 let got = got.to_f64();
-                let tolerance = (rel + NORM_F32_SLACK) * expected.abs() + 2.0 * abs;
+                let tolerance = norm_tolerance(T::DTYPE, expected, w.to_f64());
                 if !close::<T>(expected, got, tolerance) {
                     failures.add(|| {
                         format!(
@@ -597,6 +615,49 @@ pub fn check_identical<T: Element, O: AsRef<[T]>>(outputs: &[O]) -> Result<(), S
 mod tests {
     use super::*;
     use half::bf16;
+
+    /// The kernels' arithmetic of one f32 output element.
+    fn kernel_output(x: f32, scale: f32, weight: f32) -> f32 {
+        x * scale * weight
+    }
+
+    #[test]
+    fn an_output_whose_first_product_is_subnormal_is_within_the_bound() {
+        // The element a sweep's check flagged (row 240, element 109 of a
+        // 6 MiB f32 eager call): x = 2 subnormal units, its row's scale and
+        // weight as the check reported them.
+        let (x, scale, weight) = (2.0 * f32::from_bits(1), 0.253_320_45_f32, 3.932_389_3_f32);
+        let got = f64::from(kernel_output(x, scale, weight));
+        let expected = f64::from(x) * f64::from(scale) * f64::from(weight);
+        assert_eq!(
+            got,
+            4.0 * f64::from(f32::from_bits(1)),
+            "the kernels' rounding"
+        );
+        let error = (got - expected).abs();
+        let (rel, abs) = output_slack(DType::F32);
+        let without_weight_term = (rel + NORM_F32_SLACK) * expected.abs() + 2.0 * abs;
+        assert!(
+            error > without_weight_term,
+            "the old bound missed it: {error:e}"
+        );
+        assert!(error <= norm_tolerance(DType::F32, expected, f64::from(weight)));
+        // And every x of a few subnormal units, scales and weights over their
+        // ranges: the kernels' f32 result stays within the bound.
+        let mut rng = ChaCha8Rng::seed_from_u64(17);
+        for _ in 0..100_000 {
+            let x = f32::from_bits(rng.random_range(1..64u32))
+                * if rng.random_bool(0.5) { 1.0 } else { -1.0 };
+            let scale = rng.random_range(0.01f32..8.0);
+            let weight = rng.random_range(-16f32..16.0);
+            let got = f64::from(kernel_output(x, scale, weight));
+            let expected = f64::from(x) * f64::from(scale) * f64::from(weight);
+            assert!(
+                (got - expected).abs() <= norm_tolerance(DType::F32, expected, f64::from(weight)),
+                "x {x:e} scale {scale} weight {weight}: {got:e} against {expected:e}"
+            );
+        }
+    }
 
     fn f32s(v: &[f32]) -> Vec<f32> {
         v.to_vec()
