@@ -15,6 +15,7 @@ names runs and says what they mean; the figures are the block's.
 """
 
 import csv
+import statistics
 import difflib
 import os
 import re
@@ -138,9 +139,12 @@ def verify(path, link):
 def excerpt(paths, patterns, link):
     """The lines of logs that match any of `patterns`, verbatim (after the log's name, for several)."""
     paths = [paths] if isinstance(paths, str) else paths
+    names = [os.path.basename(path) for path in paths]
+    if len(set(names)) < len(names):  # the same file name in several folders: name the folders too
+        names = [os.path.relpath(path, os.path.commonpath(paths)) for path in paths]
     lines = [
-        (f"{os.path.basename(path)}: " if len(paths) > 1 else "") + line
-        for path in paths
+        (f"{name}: " if len(paths) > 1 else "") + line
+        for path, name in zip(paths, names)
         for line in read(path).splitlines()
         if any(re.search(p, line) for p in patterns)
     ]
@@ -338,6 +342,41 @@ def fused_pairs(folder, labels, pairs, link, dtype="bf16", mode="graph"):
                                   f"RMSNorm kernel). Data: {link(folder)}.")
 
 
+DAY4D = RUNS + "2026-12-04d-h200-1gpu/"
+TRACE_POINTS = {1: "after griddepcontrol.wait", 2: "call state read", 3: "pushes issued", 4: "re-arm issued",
+                6: "own packs received", 7: "rows' barrier passed", 8: "output stored", 9: "end"}
+
+
+def trace_table(variants, kind, nbytes, link):
+    """The `TR` lines (kernels' CT_EXP_TRACE stamps, thread 0 of block 0) of
+    `tuner bench` logs: per variant, the median SM cycles from each stamp to the
+    next of kernel `kind` (k1 the all-reduce one-shot, k2 the fused one-shot,
+    k3 the add + RMSNorm kernel) at `nbytes` per rank."""
+    rows, header = [], None
+    for label, path in variants:
+        segments = {}
+        for line in read(path).splitlines():
+            t = line.split()
+            if not line.startswith("TR ") or t[1] != kind or int(t[4][1:]) != nbytes:
+                continue
+            stamps = [(k + 1, int(c)) for k, c in enumerate(t[t.index("C") + 1:t.index("G")])]
+            present = [(k, c) for k, c in stamps if c >= 0]
+            for (k0, c0), (k1, c1) in zip(present, present[1:]):
+                segments.setdefault((k0, k1), []).append(c1 - c0)
+            segments.setdefault((1, 9), []).append(dict(stamps)[9] - dict(stamps)[1])
+        if not segments:
+            raise ValueError(f"{path}: no {kind} trace at {nbytes} bytes")
+        keys = sorted(segments, key=lambda k: (k == (1, 9), k))  # the total last
+        header = header or keys
+        if keys != header:
+            raise ValueError(f"{path}: stamps {keys}, not {header}")
+        rows.append([label, len(segments[(1, 9)]), *(int(statistics.median(segments[k])) for k in keys)])
+    names = [f"{TRACE_POINTS[b]}" if a != 1 or b != 9 else "total (T1 → end)" for a, b in header]
+    return table(["variant", "calls", *names], rows) + (
+        f"\n\nMedian SM cycles (about 1.96 a ns) from the stamp before to the one named, thread 0 of "
+        f"block 0 of each rank, one call in 128 printed. Data: {', '.join(link(p) for _, p in variants)}.")
+
+
 BLOCKS = {
     "headline": headline,
     "x2-all-reduce": lambda link: bench_table(X2, "all_reduce", OCTAVES4, link),
@@ -520,6 +559,42 @@ BLOCKS = {
         link,
     ),
     "day4c-suites": lambda link: excerpt(DAY4C + "call1/times.txt", [r"^gpu_\w+ "], link),
+    "day4d-trace": lambda link: trace_table(
+        [("430aa9a", DAY4D + "call1/trace/t-0.log"), ("first input before the call state", DAY4D + "call1/trace/t-5.log"),
+         ("the lanes' warp", DAY4D + "call3/trace/t-lanes.log")],
+        "k2", 8 * KIB, link,
+    ),
+    "day4d-trace-unfused": lambda link: "\n\n".join(
+        trace_table([("430aa9a", DAY4D + "call1/trace/t-0.log")], kind, 8 * KIB if kind == "k1" else 4096, link)
+        for kind in ("k1", "k3")
+    ),
+    "day4d-variants": lambda link: ab(
+        ab_runs(DAY4D + "call1/ab/", ["430aa9a", "call state .gpu", "two polls (150 cycles)", "weight before the barrier",
+                                      "first input first", "first input and residual first", "two polls (300 cycles)",
+                                      "430aa9a", "call state .gpu", "first input first", "two polls (150 cycles)"]),
+        [("all_reduce_add_rmsnorm", "graph", a) for a in ("one_shot_push", "unfused+one_shot_push")],
+        FUSED_SIZES,
+        link,
+    ),
+    "day4d-lanes": lambda link: fused_pairs(
+        DAY4D + "call3/ab/", ["head", "lanes"] * 3, [("430aa9a", "head", "head"), ("the lanes' warp", "lanes", "lanes")], link
+    ),
+    "day4d-lanes-again": lambda link: fused_pairs(
+        DAY4D + "call4/ab/", ["lanes", "head"] * 3, [("430aa9a", "head", "head"), ("the lanes' warp", "lanes", "lanes")], link
+    ),
+    "day4d-lanes-eager": lambda link: fused_pairs(
+        DAY4D + "call3/ab-eager/", ["head", "lanes"] * 2,
+        [("430aa9a", "head", "head"), ("the lanes' warp", "lanes", "lanes")], link, mode="eager",
+    ),
+    **fused_day("day4d", DAY4D + "call3/run/bench-fused.csv", DAY4D + "call3/candle/"),
+    "day4d-suites": lambda link: excerpt(
+        [DAY4D + f"call{c}/times.txt" for c in (1, 2, 3, 4)], [r"^(gpu_\w+|kernels_unit|nvrtc_compile|gpu-run.sh [\w ]+|candle-tp): "], link
+    ),
+    "day4d-sweep-fused": lambda link: excerpt(
+        DAY4D + "call2/run/tuner-sweep.log",
+        [r"^wrote ", r"^the other hidden sizes measured", r"^rewrote ", r"key\(s\) cross", r"^warning: "],
+        link,
+    ),
 }
 
 

@@ -559,7 +559,11 @@ __device__ __forceinline__ u64* mailbox_slot(const CollArgs& a, u32 owner, u32 s
 // The peer this thread handshakes with in a Lamport algorithm: thread
 // blockDim - world + p of a block with work takes peer p (every block has at
 // least CT_MAX_WORLD threads: protocol::launch); block 0's also sends this
-// rank's value to it. CT_NO_PEER for every other thread.
+// rank's value to it. CT_NO_PEER for every other thread. The fused
+// one-shot's launch adds a warp after its rows when the block has room
+// (protocol::rows::row_launch), so that its lanes hold no row: a lane checks
+// its peer before its first wait for data, and one holding packs held up
+// its rows' barrier.
 template <int W>
 __device__ __forceinline__ u32 lamport_handshake_peer(const CollArgs& a, bool has_work) {
     const u32 world = World<W>::size(a);

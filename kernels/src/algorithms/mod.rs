@@ -20,7 +20,7 @@ use crate::protocol::launch::LaunchShape;
 use crate::protocol::registry::Kernel;
 use crate::protocol::rows::row_launch;
 use crate::protocol::signature::{CallSignature, Placement};
-use crate::vocab::{Collective, DType};
+use crate::vocab::{Algo, Collective, DType};
 
 /// One call, as the launch wrappers see it.
 #[derive(Clone, Copy, Debug)]
@@ -118,6 +118,10 @@ pub(crate) fn launch(
     }
     .encode()
         | call.placement.bits();
+    // The fused one-shot's handshake lanes get a warp of their own
+    // (row_launch): they check their peers' calls before their waits for
+    // data, and holding rows they held up the rows' barrier.
+    let lanes_warp = kernel == Kernel::Algo(Algo::OneShotPush) && base.world >= 2;
     launch_args(
         kernels,
         function,
@@ -125,6 +129,7 @@ pub(crate) fn launch(
         shape,
         call,
         &call.args(base, call_sig),
+        lanes_warp,
     )
 }
 
@@ -144,12 +149,21 @@ pub(crate) fn launch_add_rmsnorm(
     let function = kernels.add_rmsnorm(call.dtype).ok_or_else(|| {
         Error::Unsupported(format!("no add + RMSNorm kernel for {}", call.dtype.name()))
     })?;
-    launch_args(kernels, function, stream, shape, call, &call.args(base, 0))
+    launch_args(
+        kernels,
+        function,
+        stream,
+        shape,
+        call,
+        &call.args(base, 0),
+        false,
+    )
 }
 
 /// Launches `function` with `args` on the rank's grid: blocks of the rank's
-/// size, or for a call with rows as many threads as its rows need, and the
-/// rows' layout in the arguments ([`row_launch`]).
+/// size, or for a call with rows as many threads as its rows need (and a
+/// warp for its handshake lanes if `lanes_warp`), and the rows' layout in
+/// the arguments ([`row_launch`]).
 fn launch_args(
     kernels: &KernelSet,
     function: &cudarc::driver::CudaFunction,
@@ -157,13 +171,20 @@ fn launch_args(
     shape: LaunchShape,
     call: &Call,
     args: &CollArgs,
+    lanes_warp: bool,
 ) -> Result<()> {
     let mut args = *args;
     let threads = match call.norm {
         Some(norm) => {
             let row_bytes = (u64::from(norm.hidden) * call.dtype.size_bytes()).max(1);
             let rows = call.bytes_per_rank / row_bytes;
-            let layout = row_launch(row_bytes / PACK_BYTES, rows, shape.grid(), shape.threads);
+            let layout = row_launch(
+                row_bytes / PACK_BYTES,
+                rows,
+                shape.grid(),
+                shape.threads,
+                lanes_warp,
+            );
             args.rows = u32::try_from(rows).map_err(|_| {
                 Error::Unsupported(format!("{rows} rows in one call: at most {} are", u32::MAX))
             })?;

@@ -53,9 +53,11 @@ pub fn rows_of(
 /// How a launch of the fused kernels (and of the add + RMSNorm kernel of the
 /// unfused path) lays its rows out: each row gets a group of `group` threads
 /// (whole warps, one thread per pack, at most the block), a block holds
-/// `groups` groups and launches `threads` threads. The kernels take all three
-/// from their arguments (kernels/cuda/prims.cu, "Rows"): this is the one place
-/// the layout is decided.
+/// `groups` groups and launches `threads` threads: the groups' and, when
+/// the launch asks for one and the block has room, a warp more for the
+/// kernel's handshake lanes. The kernels take all three from their arguments
+/// (kernels/cuda/prims.cu, "Rows"): this is the one place the layout is
+/// decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RowLaunch {
     pub threads: u32,
@@ -68,13 +70,34 @@ pub struct RowLaunch {
 /// a block needs as many groups as the most rows a block takes in one pass,
 /// and no more: a block's idle warps are not free, in a call of a few rows
 /// (decode) they cost time in every block (kernels/GPU.md, "Rows").
-pub fn row_launch(row_packs: u64, rows: u64, blocks: u32, most: u32) -> RowLaunch {
+///
+/// `lanes_warp`: the kernel's handshake lanes (the last threads of its
+/// block, one per peer: kernels/cuda/prims.cu, `lamport_handshake_peer`)
+/// should hold no row, so the launch adds a warp after the groups when the
+/// block has room for it. A lane that holds a pack checks its peer's call
+/// before its first wait for data, so its check's memory latency comes
+/// before its row's, and the rows' barrier waits for it: on one H200 the
+/// fused one-shot's rows' barrier waited 0.6-1.3 us for that warp
+/// (kernels/GPU.md, "Rows").
+pub fn row_launch(
+    row_packs: u64,
+    rows: u64,
+    blocks: u32,
+    most: u32,
+    lanes_warp: bool,
+) -> RowLaunch {
     let most = u64::from(most.max(32));
     let group = (row_packs.div_ceil(32) * 32).clamp(32, most);
     let per_block = rows.div_ceil(u64::from(blocks.max(1))).max(1);
     let groups = per_block.min(most / group);
+    let rows_threads = group * groups;
+    let lanes = if lanes_warp && rows_threads + 32 <= most {
+        32
+    } else {
+        0
+    };
     RowLaunch {
-        threads: (group * groups) as u32,
+        threads: (rows_threads + lanes) as u32,
         group: group as u32,
         groups: groups as u32,
     }
@@ -87,7 +110,7 @@ mod tests {
     #[test]
     fn a_launch_has_one_group_per_row_a_block_takes() {
         let launch = |packs, rows, blocks, most| {
-            let l = row_launch(packs, rows, blocks, most);
+            let l = row_launch(packs, rows, blocks, most, false);
             assert_eq!(l.threads, l.group * l.groups, "{l:?}");
             assert!(
                 l.threads <= most && l.group.is_multiple_of(32) && l.groups >= 1,
@@ -112,6 +135,32 @@ mod tests {
         // No rows still launches a group (the kernels' blocks only update
         // their call state).
         assert_eq!(launch(512, 0, 32, 1024), (512, 512, 1));
+    }
+
+    #[test]
+    fn a_launch_with_lanes_gives_them_a_warp_of_their_own_when_the_block_has_room() {
+        let launch = |packs, rows, blocks, most| {
+            let l = row_launch(packs, rows, blocks, most, true);
+            let without = row_launch(packs, rows, blocks, most, false);
+            assert_eq!(
+                (l.group, l.groups),
+                (without.group, without.groups),
+                "{l:?}"
+            );
+            assert!(l.threads <= most && l.threads.is_multiple_of(32), "{l:?}");
+            (l.threads, l.group, l.groups)
+        };
+        // Decode rows of hidden 4096 bf16 (512 packs) in a world of two's
+        // 1024-thread blocks: the rows' 512 threads and a lanes' warp.
+        assert_eq!(launch(512, 1, 32, 1024), (544, 512, 1));
+        assert_eq!(launch(512, 32, 32, 1024), (544, 512, 1));
+        // Short rows: the warp after the groups.
+        assert_eq!(launch(9, 100, 32, 1024), (160, 32, 4));
+        assert_eq!(launch(320, 1000, 32, 1024), (992, 320, 3));
+        // No room: the rows fill the block, and the lanes hold packs.
+        assert_eq!(launch(512, 33, 32, 1024), (1024, 512, 2));
+        assert_eq!(launch(1024, 1, 32, 1024), (1024, 1024, 1));
+        assert_eq!(launch(2048, 1, 132, 512), (512, 512, 1));
     }
 
     #[test]
