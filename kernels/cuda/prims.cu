@@ -716,7 +716,9 @@ __device__ __forceinline__ bool block_barrier(const CollArgs& a, u64 value, u32 
 // (decode) has one row per block, each on an SM of its own, instead of
 // filling the groups of the first blocks; and a block has as many threads as
 // a pass needs groups, so such a block has no idle warps (kernels/GPU.md,
-// "Rows", has the A/B of both). Every thread of a block runs every pass of
+// "Rows", has the A/B of both), but one: the fused one-shot's, in a world of
+// two or more, has a warp after its groups for its handshake lanes when the
+// block has room (lamport_handshake_peer). Every thread of a block runs every pass of
 // its block (the block's barriers need them all), with a row or not. Every
 // phase of a fused kernel that touches the user's tensors keeps to this, so
 // a pack of the output and of the residual is written by the thread that
