@@ -77,8 +77,8 @@ pub struct RowLaunch {
 /// block has room for it. A lane that holds a pack checks its peer's call
 /// before its first wait for data, so its check's memory latency comes
 /// before its row's, and the rows' barrier waits for it: on one H200 the
-/// fused one-shot's rows' barrier waited 0.6-1.3 us for that warp
-/// (kernels/GPU.md, "Rows").
+/// fused one-shot's rows' barrier waited about 0.7 us for that warp at one
+/// row, 1.4 us with its first input loaded early (kernels/GPU.md, "Rows").
 pub fn row_launch(
     row_packs: u64,
     rows: u64,
